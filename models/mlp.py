@@ -1,0 +1,42 @@
+"""The embedding-grokking paper's MLP (arXiv 2505.15624).
+
+    tokens [a, op, b, =] -> embed each (d) -> concatenate (4d) -> Linear 4d->hidden -> ReLU -> Linear -> logits
+
+With embed=False the same MLP reads one-hot tokens instead (the paper's no-embedding
+baseline): the first Linear then sees 4 * vocab inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from suite import register_model
+from suite.data import TaskData
+
+
+@register_model("mlp", inputs=("tokens",))
+class MLP(nn.Module):
+    """Two-layer MLP over concatenated token embeddings (embed=True) or one-hot tokens."""
+
+    def __init__(self, data: TaskData, *, embed: bool = True, d: int = 128, hidden: int = 512):
+        super().__init__()
+        self.vocab, seq_len = data.vocab_size, data.x_train.shape[1]
+        self.embed = nn.Embedding(self.vocab, d) if embed else None
+        self.hidden = nn.Linear(seq_len * (d if embed else self.vocab), hidden)
+        self.out = nn.Linear(hidden, data.n_classes)
+
+    @property
+    def embedding_weight(self):
+        """E, vocab x d: the token embeddings (Adam-LR's embedding group, the progress measures)."""
+        return self.embed.weight if self.embed is not None else None
+
+    @property
+    def coupled_weight(self):
+        """W, the first weight that reads the embeddings (the bilinear partner of E)."""
+        return self.hidden.weight if self.embed is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x) if self.embed is not None else F.one_hot(x, self.vocab).float()
+        return self.out(F.relu(self.hidden(h.flatten(1))))

@@ -1,0 +1,106 @@
+"""Command line: `python -m suite list | run ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from suite.registry import ALL, SuiteError
+
+
+def _parse_sets(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SuiteError(f"--set takes KEY=VALUE, got '{pair}'")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_list(args) -> int:
+    from suite.spec import train_params
+
+    kinds = [args.kind] if args.kind else list(ALL)
+    for kind in kinds:
+        if kind not in ALL:
+            raise SuiteError(f"unknown kind '{kind}'; known: {', '.join(ALL)}")
+        print(f"{kind}s:" if kind != "opt" else "optimizers:")
+        for name in ALL[kind].names():
+            entry = ALL[kind].get(name)
+            extra = f"  [inputs: {', '.join(entry.info['inputs'])}]" if "inputs" in entry.info else ""
+            print(f"  {name:<18} {entry.summary}{extra}")
+            if entry.params:
+                print(f"  {'':<18}   " + "  ".join(p.describe() for p in entry.params.values()))
+        print()
+    if not args.kind:
+        print("train (every run):")
+        print("  " + "  ".join(p.describe() for p in train_params().values()))
+    return 0
+
+
+def cmd_run(args) -> int:
+    from suite.rundir import RunDir, read_json
+    from suite.spec import canonical, default_run_dir, resolve
+    from suite.train import Preempted, resolve_device, train
+
+    settings = _parse_sets(args.set)
+    if args.steps is not None:
+        settings["train.steps"] = args.steps
+    spec = resolve({"task": args.task, "model": args.model, "opt": args.opt, "sampler": args.sampler,
+                    "filter": args.filter}, settings, args.seed)
+    device = resolve_device(args.device)
+    run_dir = Path(args.out) if args.out else default_run_dir(spec, args.root)
+    rd = RunDir(run_dir)
+    if (rd / "spec.json").exists() and read_json(rd / "spec.json") != canonical(spec):
+        raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
+    if rd.finished:
+        print(f"already finished: {run_dir}", file=sys.stderr)
+    else:
+        try:
+            result = train(spec, run_dir, device)
+        except Preempted as stop:
+            print(f"stopped: {stop}", file=sys.stderr)
+            return 3  # not an error: the checkpoint is in place for the requeued job
+        print(f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}  "
+              f"delay {result['delay']}  final val_acc {result['final_val_acc']:.4f}  "
+              f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}", file=sys.stderr)
+    print(rd / "result.json")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0].split(":")[0]
+                                     + ": a grokking benchmark suite.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="show every registered task, model, optimizer, sampler and filter")
+    p.add_argument("kind", nargs="?", help="only this kind: task, model, opt, sampler or filter")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="train one cell and write DIR/spec.json, metrics.jsonl, result.json",
+                       description="Train one cell. The last stdout line is the path of result.json.")
+    p.add_argument("--task", help="task name (default modular)")
+    p.add_argument("--model", help="model name (default mlp)")
+    p.add_argument("--opt", help="optimizer name (default adam)")
+    p.add_argument("--sampler", help="sampler name (default random)")
+    p.add_argument("--filter", help="gradient filter name (default none)")
+    p.add_argument("--seed", type=int, default=0, help="run seed: initialisation, split and batches (default 0)")
+    p.add_argument("--steps", type=int, help="update budget (train.steps)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable)")
+    p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
+    p.add_argument("--root", default="runs", help="where default run directories go (default runs/)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SuiteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

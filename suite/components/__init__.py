@@ -1,0 +1,1 @@
+"""Optimizers, samplers and gradient filters: every module here registers itself on import."""

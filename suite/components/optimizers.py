@@ -1,0 +1,123 @@
+"""Optimizers, each built from the model's parameter groups.
+
+`groups.embedding` holds the token embedding matrix E (empty for models without one),
+`groups.coupled` the first weight W that reads the embeddings, `groups.rest` everything
+but E. Defaults follow the embedding-grokking paper (arXiv 2505.15624): Adam, lr 1e-2,
+weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from suite.measures import sigma_max
+from suite.registry import SuiteError, register_optimizer
+
+
+@dataclass
+class ParamGroups:
+    embedding: list[torch.nn.Parameter]
+    coupled: torch.nn.Parameter | None
+    rest: list[torch.nn.Parameter]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "ParamGroups":
+        E = getattr(model, "embedding_weight", None)
+        rest = [p for p in model.parameters() if p is not E]
+        return cls([E] if E is not None else [], getattr(model, "coupled_weight", None), rest)
+
+    @property
+    def all(self) -> list[torch.nn.Parameter]:
+        return self.embedding + self.rest
+
+
+def _need_embedding(groups: ParamGroups, name: str) -> None:
+    if not groups.embedding:
+        raise SuiteError(f"optimizer '{name}' scales the embedding learning rate, but this model has no token embedding")
+
+
+@register_optimizer("adam")
+def adam(groups: ParamGroups, *, lr: float = 1e-2, weight_decay: float = 1e-3,
+         betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+    """Adam with coupled L2 weight decay (the paper's baseline)."""
+    return torch.optim.Adam(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
+
+
+@register_optimizer("adamw")
+def adamw(groups: ParamGroups, *, lr: float = 1e-3, weight_decay: float = 1.0,
+          betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8):
+    """AdamW with decoupled weight decay (defaults: Nanda et al.'s grokking transformer)."""
+    return torch.optim.AdamW(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
+
+
+@register_optimizer("sgd")
+def sgd(groups: ParamGroups, *, lr: float = 1e-1, momentum: float = 0.9, weight_decay: float = 1e-3):
+    """SGD with momentum and L2 weight decay."""
+    return torch.optim.SGD(groups.all, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
+@register_optimizer("adamlr")
+def adamlr(groups: ParamGroups, *, lr: float = 1e-2, c: float = 10.0, weight_decay: float = 1e-3,
+           betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+    """Adam-LR: Adam with the embedding's learning rate at c * lr (paper: c = 10)."""
+    _need_embedding(groups, "adamlr")
+    return torch.optim.Adam(
+        [{"params": groups.embedding, "lr": c * lr}, {"params": groups.rest, "lr": lr}],
+        lr=lr, weight_decay=weight_decay, betas=betas, eps=eps,
+    )
+
+
+class AdaptiveAdamLR(torch.optim.Adam):
+    """Adam whose embedding group runs at c * lr, with c re-estimated every `every` steps.
+
+    c = sigma_max(E) / sigma_max(W) * f_W / f_E, the paper's Proposition 4.1, where
+    - sigma_max is the largest singular value of the current E and W;
+    - f_E is the fraction of embedding rows that received a gradient, averaged over the
+      steps since the last estimate (rows of tokens absent from a batch get none), so it
+      reflects whatever sampler and batch size the run uses;
+    - f_W = 1: the dense weight W gets a gradient at every step.
+    c is clamped to [c_min, c_max]. Everything it keeps lives in its param groups, so it is
+    saved and restored with the optimizer's state_dict.
+    """
+
+    def __init__(self, groups: ParamGroups, lr, every, c_min, c_max, **adam_kw):
+        self.E, self.W = groups.embedding[0], groups.coupled
+        c = self._clamp(sigma_max(self.E) / sigma_max(self.W), c_min, c_max)  # f_E unknown yet: 1
+        super().__init__(
+            [{"params": groups.embedding, "lr": c * lr, "c": c, "rows_hit": 0.0, "steps_seen": 0},
+             {"params": groups.rest, "lr": lr}],
+            lr=lr, **adam_kw,
+        )
+        self.every, self.c_min, self.c_max = every, c_min, c_max
+
+    @staticmethod
+    def _clamp(c, lo, hi):
+        return min(max(c, lo), hi)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        emb, rest = self.param_groups
+        if self.E.grad is not None:
+            emb["rows_hit"] += (self.E.grad.abs().sum(dim=1) > 0).float().mean().item()
+            emb["steps_seen"] += 1
+        if emb["steps_seen"] >= self.every:
+            f_e = max(emb["rows_hit"] / emb["steps_seen"], 1e-8)
+            emb["c"] = self._clamp(sigma_max(self.E) / sigma_max(self.W) / f_e, self.c_min, self.c_max)
+            emb["rows_hit"], emb["steps_seen"] = 0.0, 0
+        emb["lr"] = emb["c"] * rest["lr"]  # rest["lr"] already carries any warmup
+        return super().step(closure)
+
+
+@register_optimizer("adamlr_adaptive")
+def adamlr_adaptive(groups: ParamGroups, *, lr: float = 1e-2, every: int = 100, c_min: float = 0.5,
+                    c_max: float = 100.0, weight_decay: float = 1e-3,
+                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+    """Adam-LR with c = sigma_max(E)/sigma_max(W) * f_W/f_E re-estimated every `every` steps."""
+    _need_embedding(groups, "adamlr_adaptive")
+    if groups.coupled is None:
+        raise SuiteError("optimizer 'adamlr_adaptive' needs a model that names the weight coupled to its embedding")
+    if every <= 0:
+        raise SuiteError(f"every must be positive, got {every}")
+    return AdaptiveAdamLR(groups, lr, every, c_min, c_max, weight_decay=weight_decay, betas=betas, eps=eps)

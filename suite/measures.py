@@ -1,0 +1,81 @@
+"""What every evaluation records: losses, accuracies, and progress measures of the embeddings."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from suite.data import TaskData
+
+LOSSES = {"ce": F.cross_entropy}
+
+
+@torch.no_grad()
+def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[float, torch.Tensor]:
+    """Mean loss and the per-example correctness over a whole split, in chunks."""
+    total, correct = 0.0, []
+    for i in range(0, len(x), batch_size):
+        logits = model(x[i : i + batch_size])
+        total += loss_fn(logits, y[i : i + batch_size], reduction="sum").item()
+        correct.append(logits.argmax(-1) == y[i : i + batch_size])
+    return total / len(x), torch.cat(correct)
+
+
+def sigma_max(w: torch.Tensor) -> float:
+    return torch.linalg.matrix_norm(w.detach().float().flatten(1), ord=2).item()
+
+
+@torch.no_grad()
+def progress_measures(model, data: TaskData) -> dict[str, float]:
+    """Embedding norms by token frequency, sigma_max(E)/sigma_max(W), and MED.
+
+    Rare / frequent are the quartiles of the tokens that occur in training inputs, ranked
+    by training frequency (ties broken by id, so the split is deterministic). MED is the
+    mean L2 distance between the embeddings of consecutive numbers (Grokking-Insight).
+    """
+    E = getattr(model, "embedding_weight", None)
+    if E is None or data.token_freq is None:
+        return {}
+    E = E.detach()
+    out = {}
+    seen = torch.nonzero(data.token_freq > 0).flatten()
+    order = seen[torch.argsort(data.token_freq[seen], stable=True)]
+    quarter = max(1, len(order) // 4)
+    norms = E.norm(dim=1)
+    out["emb_norm_rare"] = norms[order[:quarter]].mean().item()
+    out["emb_norm_middle"] = norms[order[quarter:-quarter]].mean().item() if len(order) > 2 * quarter else float("nan")
+    out["emb_norm_frequent"] = norms[order[-quarter:]].mean().item()
+    W = getattr(model, "coupled_weight", None)
+    if W is not None:
+        out["sigma_ratio"] = sigma_max(E) / sigma_max(W)
+    if data.number_tokens is not None and len(data.number_tokens) > 1:
+        numbers = E[data.number_tokens]
+        out["med"] = (numbers[1:] - numbers[:-1]).norm(dim=1).mean().item()
+    return out
+
+
+class Milestones:
+    """First evaluation at which train / val accuracy reach their thresholds, and how long
+    val accuracy has held the target (for early stopping)."""
+
+    def __init__(self, memorization: float, target: float):
+        self.memorization, self.target = memorization, target
+        self.memorization_step = self.grok_step = self.held_since = None
+
+    def update(self, record: dict) -> None:
+        step = record["step"]
+        if self.memorization_step is None and record["train_acc"] >= self.memorization:
+            self.memorization_step = step
+        if record["val_acc"] >= self.target:
+            if self.grok_step is None:
+                self.grok_step = step
+            if self.held_since is None:
+                self.held_since = step
+        else:
+            self.held_since = None
+
+    @property
+    def delay(self):
+        if self.memorization_step is None or self.grok_step is None:
+            return None
+        return self.grok_step - self.memorization_step

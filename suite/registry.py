@@ -1,0 +1,189 @@
+"""Name -> builder registries for tasks, models, optimizers, samplers and gradient filters.
+
+A component is a plain function (or class) registered under a name. Its parameters with
+defaults are the settings a user can change (`--set key=value`); the ones without defaults
+are what the engine wires in (the task's data, the model's parameter groups, ...). Types come
+from the annotations (`Literal[...]` for a fixed set of choices), so the CLI can parse,
+check and list every setting without any extra declaration.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import pkgutil
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Callable, Literal
+
+
+class SuiteError(Exception):
+    """Bad input from the user: reported as one line on stderr, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: Any
+    type: Any  # a Python type, a Literal[...] or an Optional of one
+
+    def parse(self, text: str) -> Any:
+        """Read a --set value given as text into this parameter's type."""
+        return _coerce(self.type, text, self.name)
+
+    def check(self, value: Any) -> Any:
+        """Accept a value from a grid file or JSON (already typed) or text."""
+        if isinstance(value, str) and _base_type(self.type) is not str:
+            return self.parse(value)
+        return _coerce(self.type, value, self.name)
+
+    def describe(self) -> str:
+        choices = typing.get_args(self.type) if typing.get_origin(self.type) is Literal else None
+        return f"{self.name}={self.default!r}" + (f" {{{','.join(map(str, choices))}}}" if choices else "")
+
+
+@dataclass
+class Entry:
+    kind: str
+    name: str
+    build: Callable
+    params: dict[str, Param]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        doc = inspect.getdoc(self.build) or ""
+        return doc.splitlines()[0] if doc else ""
+
+
+def _base_type(tp):
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _base_type(args[0])
+    if typing.get_origin(tp) is Literal:
+        return type(typing.get_args(tp)[0])
+    return typing.get_origin(tp) or tp
+
+
+def _coerce(tp, value, name):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))):
+            return None
+        return _coerce(next(a for a in args if a is not type(None)), value, name)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        value = _coerce(type(choices[0]), value, name)
+        if value not in choices:
+            raise SuiteError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}{_closest(str(value), map(str, choices))}")
+        return value
+    if origin is tuple:
+        parts = value.split(",") if isinstance(value, str) else list(value)
+        inner = typing.get_args(tp)
+        if len(parts) != len(inner):
+            raise SuiteError(f"{name} takes {len(inner)} comma-separated values, got {value!r}")
+        return tuple(_coerce(t, v, name) for t, v in zip(inner, parts))
+    try:
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if tp is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if tp is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except ValueError:
+        raise SuiteError(f"{name}={value!r}: {name} takes {tp.__name__}") from None
+    return value
+
+
+def _closest(name: str, known) -> str:
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def params_of(fn: Callable) -> dict[str, Param]:
+    """Settable parameters of a builder: those that have a default."""
+    hints = typing.get_type_hints(fn.__init__ if inspect.isclass(fn) else fn)
+    out = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.default is inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        out[p.name] = Param(p.name, p.default, hints.get(p.name, type(p.default)))
+    return out
+
+
+class Registry:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str | None = None, **info):
+        """Decorator: `@register_model("mlp", inputs=("tokens", "image"))`."""
+
+        def deco(fn):
+            key = name or fn.__name__
+            self._entries[key] = Entry(self.kind, key, fn, params_of(fn), info)
+            return fn
+
+        return deco
+
+    def get(self, name: str) -> Entry:
+        discover()
+        if name not in self._entries:
+            known = sorted(self._entries)
+            raise SuiteError(f"unknown {self.kind} '{name}'{_closest(name, known)}; known: {', '.join(known)}")
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        discover()
+        return sorted(self._entries)
+
+
+TASKS = Registry("task")
+MODELS = Registry("model")
+OPTIMIZERS = Registry("optimizer")
+SAMPLERS = Registry("sampler")
+FILTERS = Registry("filter")
+ALL = {"task": TASKS, "model": MODELS, "opt": OPTIMIZERS, "sampler": SAMPLERS, "filter": FILTERS}
+
+register_task = TASKS.register
+register_model = MODELS.register
+register_optimizer = OPTIMIZERS.register
+register_sampler = SAMPLERS.register
+register_filter = FILTERS.register
+
+# Built-in components: every module of these packages registers itself on import.
+_BUILTIN_PACKAGES = ("tasks", "models", "suite.components")
+_discovered = False
+
+
+def discover() -> None:
+    """Import the built-in component modules and every installed entry point, once."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for pkg_name in _BUILTIN_PACKAGES:
+        pkg = importlib.import_module(pkg_name)
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{pkg_name}.{mod.name}")
+    for group in ("suite.tasks", "suite.models", "suite.optimizers", "suite.samplers", "suite.filters"):
+        for ep in entry_points(group=group):
+            ep.load()

@@ -1,0 +1,80 @@
+"""Run specs: which components, every setting resolved, and a stable id.
+
+A spec is plain JSON:
+
+    {"task": {"name": "modular", "p": 97, ...}, "model": {...}, "opt": {...},
+     "sampler": {...}, "filter": {...}, "train": {...}, "seed": 0}
+
+Every default is filled in, so the spec alone says what ran. A run is a pure function
+of its spec; the id is a hash of it, so the same spec always lands in the same place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from suite.registry import ALL, SuiteError, _closest, params_of
+
+DEFAULTS = {"task": "modular", "model": "mlp", "opt": "adam", "sampler": "random", "filter": "none"}
+
+
+def train_params():
+    from suite.train import TrainConfig  # torch-free import would be nicer, but this is one dataclass
+
+    return params_of(TrainConfig)
+
+
+def resolve(choices: dict[str, str | None] | None = None, settings: dict[str, Any] | None = None, seed: int = 0) -> dict:
+    """Build a full spec from component names and `key=value` settings.
+
+    A setting `key` goes to every chosen component that takes `key`; `kind.key`
+    (e.g. `opt.lr`, `train.steps`) to that component alone. A key nobody takes is an error.
+    """
+    names = {**DEFAULTS, **{k: v for k, v in (choices or {}).items() if v is not None}}
+    unknown = set(names) - set(DEFAULTS)
+    if unknown:
+        raise SuiteError(f"unknown component kind(s): {', '.join(sorted(unknown))}")
+    params = {kind: ALL[kind].get(name).params for kind, name in names.items()}
+    params["train"] = train_params()
+    spec: dict[str, Any] = {kind: {"name": names[kind]} | {k: p.default for k, p in params[kind].items()} for kind in names}
+    spec["train"] = {k: p.default for k, p in params["train"].items()}
+
+    for key, value in (settings or {}).items():
+        kind, _, bare = key.rpartition(".")
+        if kind and kind not in params:
+            raise SuiteError(f"--set {key}: '{kind}' is not one of {', '.join(params)}")
+        targets = [kind] if kind else [k for k in params if bare in params[k]]
+        if not targets or bare not in params[targets[0]]:
+            known = sorted({k for kind_params in ([params[kind]] if kind else params.values()) for k in kind_params})
+            where = f"the {kind} '{spec[kind].get('name', kind)}'" if kind else "no chosen component"
+            raise SuiteError(f"--set {key}: {where} takes '{bare}'{_closest(bare, known)}")
+        for kind_ in targets:
+            spec[kind_][bare] = params[kind_][bare].check(value)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SuiteError(f"seed must be a non-negative integer, got {seed!r}")
+    spec["seed"] = seed
+    return spec
+
+
+def component_settings(spec: dict, kind: str) -> dict:
+    return {k: v for k, v in spec[kind].items() if k != "name"}
+
+
+def spec_id(spec: dict) -> str:
+    """Stable across processes and machines (never Python's salted hash())."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def default_run_dir(spec: dict, root: str | Path = "runs") -> Path:
+    method = spec["opt"]["name"] + ("" if spec["filter"]["name"] == "none" else "+" + spec["filter"]["name"])
+    cell = f"{spec['task']['name']}-{spec['model']['name']}-{method}-{spec['sampler']['name']}"
+    return Path(root) / cell / f"seed{spec['seed']}-{spec_id(spec)}"
+
+
+def canonical(spec: dict) -> dict:
+    """The spec as it reads back from JSON (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(spec))

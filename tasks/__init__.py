@@ -1,0 +1,1 @@
+"""Tasks: one module per task family; each registers itself with @register_task."""
