@@ -1,6 +1,7 @@
 """Modular arithmetic, the grokking testbed: predict (a op b) mod p from the tokens [a, op, b, =].
 
 Token ids: the numbers 0..p-1 are themselves, the operator is p, '=' is p+1.
+b runs over 0..p-1, or 1..p-1 for div and with nonzero_b (Grokfast's code: 97 x 96 = 9,312 pairs).
 Split protocol of the embedding-grokking paper (arXiv 2505.15624): test_frac of all pairs
 is held out at random; the training set (train_frac of all pairs) is drawn from the rest by
 `split`:
@@ -46,29 +47,78 @@ def _is_prime(n: int) -> bool:
 
 
 def _uniform_pick(a: torch.Tensor, b: torch.Tensor, n: int, p: int, g: torch.Generator) -> torch.Tensor:
-    """Pick n of the candidate pairs so that each value of a and of b is covered equally.
+    """Pick n of the candidate pairs so that every value of a, and of b, is used floor(n/p) or
+    ceil(n/p) times (when the candidates allow it): a degree-balanced selection.
 
-    Candidates are visited in random order and taken while neither operand has reached its
-    quota ceil(n / p); any shortfall is filled with the pairs whose operands are least used.
+    Greedy rounds give each a in turn its least-used free b under a cap on both operands;
+    where that gets stuck, augmenting paths (as in bipartite matching) move pairs between
+    operands until every a reaches the cap. The caps start at floor(n / #values) and rise
+    by one until all n are placed.
     """
-    quota = -(-n // p)
-    a, b = a.tolist(), b.tolist()
-    count_a, count_b = [0] * p, [0] * p
-    chosen, rest = [], []
+    by_a = [[] for _ in range(p)]  # a -> candidate b values, in random order
     for i in torch.randperm(len(a), generator=g).tolist():
-        if len(chosen) < n and count_a[a[i]] < quota and count_b[b[i]] < quota:
-            chosen.append(i)
-            count_a[a[i]] += 1
-            count_b[b[i]] += 1
-        else:
-            rest.append(i)
-    while len(chosen) < n:
-        i = min(rest, key=lambda j: count_a[a[j]] + count_b[b[j]])
-        rest.remove(i)
-        chosen.append(i)
-        count_a[a[i]] += 1
-        count_b[b[i]] += 1
-    return torch.tensor(sorted(chosen))
+        by_a[int(a[i])].append(int(b[i]))
+    taken, owner = set(), {}  # chosen (a, b) pairs; b -> set of a paired with it
+    load_a, load_b = [0] * p, [0] * p
+
+    def flip(path):  # path a0, b0, a1, b1, ...: take (a0,b0), drop (a1,b0), take (a1,b1), ...
+        for k in range(0, len(path) - 1, 2):
+            taken.add((path[k], path[k + 1]))
+            owner.setdefault(path[k + 1], set()).add(path[k])
+            if k + 2 < len(path):
+                taken.discard((path[k + 2], path[k + 1]))
+                owner[path[k + 1]].discard(path[k + 2])
+        load_a[path[0]] += 1
+        load_b[path[-1]] += 1
+
+    def augment(start, cap_b):  # breadth-first search for paths to b's below their cap
+        parent, frontier, ends = {start: None}, [start], []
+        while frontier:
+            nxt = []
+            for x in frontier:
+                for y in by_a[x]:
+                    if (x, y) in taken or ("b", y) in parent:
+                        continue
+                    parent[("b", y)] = x
+                    if load_b[y] < cap_b:
+                        ends.append(y)
+                    for z in owner.get(y, ()):
+                        if z not in parent:
+                            parent[z] = ("b", y)
+                            nxt.append(z)
+            frontier = nxt
+        if not ends:
+            return False
+        y = min(ends, key=lambda v: load_b[v])  # keep the b side balanced too
+        path, node = [y], parent[("b", y)]
+        while node is not None:
+            path.append(node)
+            if parent[node] is None:
+                break
+            path.append(parent[node][1])
+            node = parent[parent[node]]
+        flip(path[::-1])
+        return True
+
+    remaining, extra = n, 0
+    n_a, n_b = len(set(a.tolist())), len(set(b.tolist()))
+    while remaining:
+        cap_a, cap_b = n // n_a + extra, n // n_b + extra
+        progress = True
+        while remaining and progress:  # greedy rounds: each a takes its least-used free b
+            progress = False
+            for x in sorted(range(p), key=lambda v: load_a[v]):
+                free = [y for y in by_a[x] if load_b[y] < cap_b and (x, y) not in taken]
+                if remaining and load_a[x] < cap_a and free:
+                    flip([x, min(free, key=lambda v: load_b[v])])
+                    remaining -= 1
+                    progress = True
+        for x in sorted(range(p), key=lambda v: load_a[v]):  # repair pass
+            while remaining and load_a[x] < cap_a and augment(x, cap_b):
+                remaining -= 1
+        extra += 1
+    index = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(a.tolist(), b.tolist()))}
+    return torch.tensor(sorted(index[pair] for pair in taken))
 
 
 @register_task("modular")
@@ -83,6 +133,7 @@ def modular(
     zipf_s: float = 1.0,
     k: int = 30,
     data_seed: Optional[int] = None,
+    nonzero_b: bool = False,
 ) -> TaskData:
     """(a op b) mod p with the paper's split protocol; data_seed None = the run's seed."""
     if not _is_prime(p) or p < 3:
@@ -96,7 +147,7 @@ def modular(
         raise SuiteError(f"k must be in [0, {p - 2}] for split '{split}', got {k}")
 
     g = torch.Generator().manual_seed(seed if data_seed is None else data_seed)
-    a, b = torch.cartesian_prod(torch.arange(p), torch.arange(1 if op == "div" else 0, p)).T
+    a, b = torch.cartesian_prod(torch.arange(p), torch.arange(1 if op == "div" or nonzero_b else 0, p)).T
     total = len(a)
     n_train = round(train_frac * total)
 

@@ -1,0 +1,23 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # tests share 2 cores with each other
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, cwd=None, env=None, timeout=600):
+    """`python -m suite ...` in a subprocess: the same path a user takes."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "suite", *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def tiny():
+    """Settings for a modular run that takes a second or two."""
+    return {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.steps": 60, "eval_every": 10,
+            "d": 16, "hidden": 32}

@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from suite import SuiteError
+from tasks.modular import OPS, modular
+
+
+def pairs(x):
+    return {(int(a), int(b)) for a, _, b, _ in x.tolist()}
+
+
+@pytest.mark.parametrize("op, expected", [("add", lambda a, b: (a + b) % 13), ("sub", lambda a, b: (a - b) % 13),
+                                          ("mul", lambda a, b: a * b % 13), ("sqsum", lambda a, b: (a * a + b * b) % 13),
+                                          ("div", lambda a, b: next(c for c in range(13) if c * b % 13 == a))])
+def test_labels_and_token_layout(op, expected):
+    data = modular(0, p=13, op=op)
+    x = torch.cat([data.x_train, data.x_val])
+    y = torch.cat([data.y_train, data.y_val])
+    assert (x[:, 1] == 13).all() and (x[:, 3] == 14).all()  # op = p, '=' = p+1
+    assert all(int(c) == expected(int(a), int(b)) for (a, _, b, _), c in zip(x.tolist(), y))
+    assert data.vocab_size == 15 and data.n_classes == 13
+    if op == "div":
+        assert (x[:, 2] != 0).all()
+
+
+def test_paper_split_sizes_and_disjointness():
+    data = modular(0, p=97)
+    total = 97 * 97
+    assert len(data.y_val) == round(0.2 * total) and len(data.y_train) == round(0.3 * total)
+    assert not pairs(data.x_train) & pairs(data.x_val)
+    assert data.info == {"n_train": len(data.y_train), "n_val": len(data.y_val), "n_pairs": total}
+
+
+def test_split_depends_on_seed_and_data_seed_pins_it():
+    assert not torch.equal(modular(0, p=13).x_train, modular(1, p=13).x_train)
+    assert torch.equal(modular(0, p=13, data_seed=5).x_train, modular(1, p=13, data_seed=5).x_train)
+
+
+@pytest.mark.parametrize("op", ["add", "div"])
+def test_uniform_split_covers_every_operand_equally(op):
+    data = modular(0, p=97, split="uniform", op=op)
+    for column in (0, 2):
+        counts = torch.bincount(data.x_train[:, column], minlength=97)[1 if op == "div" and column == 2 else 0:]
+        assert counts.max() - counts.min() <= 1, counts
+    random_counts = torch.bincount(modular(0, p=97).x_train[:, 0], minlength=97)
+    assert random_counts.max() - random_counts.min() > 5  # what uniform fixes
+
+
+def test_skewed_split_makes_large_operands_rare():
+    counts = torch.bincount(modular(0, p=97, split="skewed", zipf_s=1.0).x_train[:, 0], minlength=97)
+    assert counts[:10].sum() > 3 * counts[-10:].sum()
+
+
+@pytest.mark.parametrize("split, held", [("rec", lambda a, b: a <= 4 and b <= 4), ("str", lambda a, b: a <= 4)])
+def test_structured_splits_keep_the_block_out_of_training(split, held):
+    data = modular(0, p=23, split=split, k=4)
+    train, val = pairs(data.x_train), pairs(data.x_val)
+    assert not any(held(a, b) for a, b in train)
+    assert {(a, b) for a in range(23) for b in range(23) if held(a, b)} <= val
+    assert len(train) + len(val) == 23 * 23 and not train & val
+
+
+def test_token_frequencies_count_training_inputs():
+    data = modular(0, p=13, split="skewed")
+    expected = torch.bincount(data.x_train.flatten(), minlength=15)
+    assert torch.equal(data.token_freq, expected)
+    assert data.token_freq[13] == len(data.y_train)  # the operator is in every example
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"p": 15}, "prime"), ({"p": 2}, "prime >= 3"), ({"test_frac": 0.0}, r"test_frac must be in \(0, 1\)"),
+    ({"train_frac": 1.5}, "train_frac"), ({"train_frac": 0.9, "test_frac": 0.2}, "<= 1"),
+    ({"split": "rec", "k": 40, "p": 13}, "k must be"),
+])
+def test_bad_task_settings(kwargs, message):
+    with pytest.raises(SuiteError, match=message):
+        modular(0, **kwargs)
+
+
+def test_ops_table_is_the_documented_set():
+    assert set(OPS) == {"add", "sub", "mul", "div", "sqsum"}
