@@ -45,24 +45,34 @@ class FullBatch:
 
 @register_sampler("frequency")
 class FrequencyAware:
-    """Frequency-aware minibatches: examples with rare tokens are drawn more often.
+    """Frequency-aware minibatches: every token gets a gradient equally often in expectation.
 
-    Example i is drawn with probability proportional to w_i = sum over its input tokens t
-    of (1 / f_t) ** power, f_t = occurrences of t in the training inputs (tokens present in
-    every example, like the operator and '=', contribute a constant). A token then gets a
-    gradient at nearly the same rate whatever its frequency, which is what the paper's
-    analysis asks for (rare tokens otherwise only see weight decay). power = 0 is uniform.
-    batch_size distinct examples per step, drawn on the device without replacement.
+    Example i is drawn (with replacement) with probability proportional to w_i ** power,
+    where w solves: for every token t that varies across examples,
+        sum over examples i of w_i * (occurrences of t in x_i) = the same for all t.
+    w is found by iterative proportional fitting (each round multiplies w_i by the geometric
+    mean, over its varying tokens, of target / current total). Under plain random batches a
+    token's update rate is its training frequency f_t, so rare tokens mostly see weight decay
+    (the paper's stagnation mechanism); here all rates are equal. Tokens present in every
+    example (the operator, '=') carry no choice and are left out. power = 0 is uniform.
     """
 
-    def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512, power: float = 1.0):
+    def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512, power: float = 1.0,
+                 rounds: int = 200):
         _check_batch(batch_size)
         if data.token_freq is None:
             raise SuiteError("sampler 'frequency' needs a task that reports token frequencies (a token task)")
-        inv = data.token_freq.float().clamp(min=1).pow(-power)
-        self.weights = inv[data.x_train].sum(dim=1)
-        self.batch_size = min(batch_size, len(self.weights))
-        self.generator = generator
+        x, freq = data.x_train.flatten(1), data.token_freq
+        varies = (freq > 0) & (freq < len(x))
+        counts = varies[x].double()  # which positions count toward balance
+        w = torch.ones(len(x), dtype=torch.float64, device=x.device)
+        for _ in range(rounds):
+            total = torch.bincount(x.flatten(), weights=(w[:, None] * counts).flatten(), minlength=len(freq))
+            log_ratio = torch.where(varies, total[varies].mean().log() - total.clamp(min=1e-300).log(), 0.0)
+            w = w * torch.exp((log_ratio[x] * counts).sum(1) / counts.sum(1).clamp(min=1))
+            w = w / w.mean()
+        self.weights = w.pow(power).float()
+        self.batch_size, self.generator = batch_size, generator
 
     def next(self) -> torch.Tensor:
-        return torch.multinomial(self.weights, self.batch_size, replacement=False, generator=self.generator)
+        return torch.multinomial(self.weights, self.batch_size, replacement=True, generator=self.generator)

@@ -1,0 +1,104 @@
+"""Optimizers, samplers and the MLP: the pieces the loop wires together."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from suite import SuiteError
+from suite.components.optimizers import ParamGroups
+from suite.registry import ALL
+from suite.spec import resolve
+from suite.train import build
+from tasks.modular import modular
+
+CPU = torch.device("cpu")
+
+
+def built(**settings):
+    choices = {k: settings.pop(k) for k in ("opt", "sampler", "model") if k in settings}
+    return build(resolve(choices, settings), CPU)
+
+
+def test_mlp_shapes_and_named_weights():
+    b = built(p=13)
+    assert b.model(b.data.x_train[:5]).shape == (5, 13)
+    assert b.model.embedding_weight.shape == (15, 128)
+    assert b.model.coupled_weight.shape == (512, 4 * 128)  # W reads the 4 concatenated embeddings
+    one_hot = built(p=13, embed=False).model
+    assert one_hot.embedding_weight is None and one_hot.coupled_weight is None
+    assert one_hot.hidden.weight.shape == (512, 4 * 15)
+
+
+def test_param_groups_split_embedding_from_rest():
+    model = built(p=13).model
+    groups = ParamGroups.of(model)
+    assert groups.embedding == [model.embedding_weight]
+    assert len(groups.all) == len(list(model.parameters()))
+    assert all(p is not model.embedding_weight for p in groups.rest)
+
+
+def test_adamlr_runs_the_embedding_at_c_times_lr():
+    opt = built(p=13, opt="adamlr", c=4, lr=1e-3).optimizer
+    emb, rest = opt.param_groups
+    assert emb["lr"] == pytest.approx(4e-3) and rest["lr"] == pytest.approx(1e-3)
+    assert opt.defaults["weight_decay"] == 1e-3
+
+
+@pytest.mark.parametrize("opt", ["adamlr", "adamlr_adaptive"])
+def test_embedding_optimizers_refuse_models_without_embeddings(opt):
+    with pytest.raises(SuiteError, match="no token embedding"):
+        built(p=13, embed=False, opt=opt)
+
+
+def test_adaptive_c_follows_the_proposition():
+    b = built(p=13, opt="adamlr_adaptive", every=3, batch_size=8, c_max=1e6, c_min=0.0)
+    model, opt, data = b.model, b.optimizer, b.data
+    hits = []
+    for _ in range(3):
+        idx = b.sampler.next()
+        opt.zero_grad()
+        F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
+        hits.append((model.embedding_weight.grad.abs().sum(1) > 0).float().mean().item())
+        E, W = model.embedding_weight.detach().clone(), model.coupled_weight.detach().clone()
+        opt.step()
+    sigma = lambda m: torch.linalg.matrix_norm(m, ord=2).item()  # noqa: E731
+    # c is computed from E and W as they stand before the third update, f_E from the rows hit
+    expected = sigma(E) / sigma(W) / (sum(hits) / 3)
+    assert opt.param_groups[0]["c"] == pytest.approx(expected, rel=1e-5)
+    assert opt.param_groups[0]["lr"] == pytest.approx(expected * opt.param_groups[1]["lr"], rel=1e-5)
+    assert sum(hits) / 3 < 1  # a batch of 8 leaves some rows without gradient
+
+
+def test_random_sampler_draws_distinct_examples_reproducibly():
+    data = modular(0, p=13)
+    draw = lambda seed: [ALL["sampler"].get("random").build(data, torch.Generator().manual_seed(seed), batch_size=16)  # noqa: E731
+                         .next() for _ in range(1)][0]
+    batch = draw(0)
+    assert len(batch) == 16 and len(set(batch.tolist())) == 16 and batch.max() < len(data.y_train)
+    assert torch.equal(batch, draw(0)) and not torch.equal(batch, draw(1))
+
+
+def test_full_sampler_gives_everything():
+    data = modular(0, p=13)
+    assert torch.equal(ALL["sampler"].get("full").build(data, torch.Generator()).next(), torch.arange(len(data.y_train)))
+
+
+def test_frequency_sampler_evens_out_token_updates():
+    """On a skewed split, every number token should get gradients at the same rate."""
+    data = modular(0, p=31, split="skewed", zipf_s=1.5)
+
+    def spread(name, **kw):  # coefficient of variation of how often each number token is drawn
+        sampler = ALL["sampler"].get(name).build(data, torch.Generator().manual_seed(0), batch_size=64, **kw)
+        counts = sum(torch.bincount(data.x_train[sampler.next()].flatten(), minlength=33)[:31] for _ in range(300))
+        return (counts.float().std() / counts.float().mean()).item()
+
+    assert spread("random") > 0.3  # skewed: large operands are rare
+    assert spread("frequency") < 0.1
+    assert spread("frequency", power=0.0) == pytest.approx(spread("random"), rel=0.3)
+
+
+def test_frequency_sampler_needs_token_frequencies():
+    data = modular(0, p=13)
+    data.token_freq = None
+    with pytest.raises(SuiteError, match="token frequencies"):
+        ALL["sampler"].get("frequency").build(data, torch.Generator())
