@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 
 from suite.data import TaskData
 
-LOSSES = {"ce": F.cross_entropy}
+
+def stablemax_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy through StableMax (Prieto et al., arXiv 2501.04697), in float64 as in its paper.
+
+    p_i = s(x_i) / sum_j s(x_j), s(x) = x + 1 for x >= 0 and 1 / (1 - x) below: it grows
+    linearly instead of exponentially, so a confident prediction does not round the loss of
+    the right class to exactly 0 (softmax collapse). Each branch sees only its own half of
+    the inputs, so the unused branch never produces inf (and no NaN in the gradient).
+    """
+    x = logits.double()
+    s = torch.where(x >= 0, x.clamp(min=0) + 1, 1 / (1 - x.clamp(max=0)))
+    nll = -(s.gather(-1, y[:, None]).squeeze(-1) / s.sum(-1)).log()
+    if reduction == "mean":
+        return nll.mean()
+    if reduction == "sum":
+        return nll.sum()
+    if reduction == "none":
+        return nll
+    raise ValueError(f"unknown reduction {reduction!r}")
+
+
+LOSSES = {"ce": F.cross_entropy, "stablemax": stablemax_cross_entropy}
+LossName = Literal[tuple(LOSSES)]  # the train.loss setting's choices
 
 
 @torch.no_grad()

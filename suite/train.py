@@ -23,7 +23,8 @@ import torch
 
 import suite
 from suite.components.optimizers import ParamGroups
-from suite.measures import LOSSES, Milestones, evaluate, progress_measures
+from suite.hessian import hessian_measures
+from suite.measures import LOSSES, LossName, Milestones, evaluate, progress_measures
 from suite.registry import ALL, SuiteError
 from suite.rundir import RunDir, write_json
 from suite.spec import component_settings, spec_id
@@ -37,9 +38,10 @@ class TrainConfig:
     target: float = 0.99  # val accuracy that counts as grokked
     patience: Optional[int] = 500  # stop once val acc has held the target this many steps; None = never
     warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
-    loss: str = "ce"
+    loss: LossName = "ce"  # ce (softmax cross-entropy) or stablemax
     eval_batch: int = 8192
     checkpoint_every: int = 2_000
+    hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
 
 
 class Preempted(Exception):
@@ -74,6 +76,8 @@ def check_train_config(cfg: TrainConfig) -> None:
         raise SuiteError("eval_every, checkpoint_every and eval_batch must be positive")
     if cfg.loss not in LOSSES:
         raise SuiteError(f"unknown loss '{cfg.loss}'; known: {', '.join(LOSSES)}")
+    if cfg.hessian_every is not None and cfg.hessian_every <= 0:
+        raise SuiteError(f"hessian_every must be positive (or None), got {cfg.hessian_every}")
     if cfg.warmup_steps < 0 or (cfg.patience is not None and cfg.patience < 0):
         raise SuiteError("warmup_steps and patience must be >= 0")
 
@@ -179,6 +183,8 @@ def train(spec: dict, run_dir: Path, device: torch.device, tracker=None) -> dict
         opt.load_state_dict(state["optimizer"])
         if b.grad_filter is not None:
             b.grad_filter.load_state_dict(state["filter"])
+        if hasattr(b.sampler, "load_state_dict"):  # samplers that keep a position (epoch)
+            b.sampler.load_state_dict(state["sampler"])
         b.generator.set_state(state["generator"].cpu())
         start, wall_before = int(state["step"]), float(state["wall_s"])
         print(f"resuming {run_dir} from step {start}", file=sys.stderr)
@@ -196,6 +202,7 @@ def train(spec: dict, run_dir: Path, device: torch.device, tracker=None) -> dict
                 rd.save_checkpoint({
                     "model": model.state_dict(), "optimizer": opt.state_dict(),
                     "filter": b.grad_filter.state_dict() if b.grad_filter is not None else {},
+                    "sampler": b.sampler.state_dict() if hasattr(b.sampler, "state_dict") else {},
                     "generator": b.generator.get_state(), "step": step,
                     "wall_s": wall_before + time.monotonic() - t0,
                 })
@@ -215,6 +222,8 @@ def train(spec: dict, run_dir: Path, device: torch.device, tracker=None) -> dict
                 for name, mask in data.val_groups.items():
                     record[f"val_acc_{name}"] = val_correct[mask].float().mean().item()
                 record |= progress_measures(model, data)
+                if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:
+                    record |= hessian_measures(model, data.x_train, data.y_train, loss_fn, cfg.eval_batch)
                 before = (milestones.memorization_step, milestones.grok_step)
                 milestones.update(record)
                 metrics_file.write(json.dumps(record) + "\n")

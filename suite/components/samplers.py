@@ -76,3 +76,33 @@ class FrequencyAware:
 
     def next(self) -> torch.Tensor:
         return torch.multinomial(self.weights, self.batch_size, replacement=True, generator=self.generator)
+
+
+@register_sampler("epoch")
+class EpochBatches:
+    """Shuffled epochs: a fresh permutation each epoch cut into batches, the last one short.
+
+    This is Grokfast's loop (ironjr/grokfast main.py): 4,656 examples at batch 512 make 9
+    batches of 512 and one of 48 per epoch. Where an epoch stands is state, so the sampler
+    has state_dict() / load_state_dict() and the checkpoint carries it.
+    """
+
+    def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512):
+        _check_batch(batch_size)
+        self.n, self.batch_size, self.generator = len(data.y_train), batch_size, generator
+        self.perm = torch.empty(0, dtype=torch.long, device=generator.device)
+        self.pos = 0
+
+    def next(self) -> torch.Tensor:
+        if self.pos >= len(self.perm):
+            self.perm = torch.randperm(self.n, generator=self.generator, device=self.generator.device)
+            self.pos = 0
+        batch = self.perm[self.pos : self.pos + self.batch_size]
+        self.pos += len(batch)
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"perm": self.perm.clone(), "pos": self.pos}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.perm, self.pos = state["perm"].to(self.generator.device), int(state["pos"])

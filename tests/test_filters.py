@@ -1,0 +1,125 @@
+"""Gradient filters: each update matches its formula, state survives a checkpoint, resume is exact."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+
+import pytest
+import torch
+
+from suite.registry import ALL, SuiteError
+from suite.spec import resolve
+from suite.train import Preempted, train
+
+
+def _filter(name, params, **settings):
+    return ALL["filter"].get(name).build(params, **settings)
+
+
+def _step(f, p, grad):
+    p.grad = grad.clone()
+    f.apply()
+    return p.grad.clone()
+
+
+def test_grokfast_ema_matches_formula():
+    p = torch.nn.Parameter(torch.zeros(3))
+    f = _filter("grokfast_ema", [p], alpha=0.9, lamb=2.0)
+    g1, g2, g3 = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.0, 4.0, 1.0]), torch.tensor([3.0, 1.0, -1.0])
+    # The EMA starts at the first gradient and is updated before it is added.
+    assert torch.allclose(_step(f, p, g1), g1 + 2.0 * g1)
+    ema = 0.9 * g1 + 0.1 * g2
+    assert torch.allclose(_step(f, p, g2), g2 + 2.0 * ema)
+    ema = 0.9 * ema + 0.1 * g3
+    assert torch.allclose(_step(f, p, g3), g3 + 2.0 * ema)
+
+
+def test_grokfast_ma_waits_for_a_full_window_then_adds_the_mean():
+    p = torch.nn.Parameter(torch.zeros(2))
+    f = _filter("grokfast_ma", [p], window=3, lamb=5.0)
+    gs = [torch.tensor([float(i), -2.0 * i]) for i in range(1, 6)]
+    assert torch.equal(_step(f, p, gs[0]), gs[0])  # window not full: unchanged
+    assert torch.equal(_step(f, p, gs[1]), gs[1])
+    for t in range(2, 5):  # the mean of the last 3 raw gradients, this one included
+        window_mean = torch.stack(gs[t - 2 : t + 1]).mean(0)
+        assert torch.allclose(_step(f, p, gs[t]), gs[t] + 5.0 * window_mean)
+
+
+def test_orthograd_is_orthogonal_to_the_weight_with_the_original_norm():
+    g = torch.Generator().manual_seed(1)
+    p = torch.nn.Parameter(torch.randn(4, 5, generator=g))
+    grad = torch.randn(4, 5, generator=g) + 0.7 * p.detach()  # a clear component along w
+    out = _step(_filter("orthograd", [p]), p, grad)
+    assert abs(torch.dot(out.flatten(), p.detach().flatten()).item()) < 1e-5
+    assert torch.allclose(out.norm(), grad.norm())
+    w, gf = p.detach().flatten(), grad.flatten()
+    perp = gf - torch.dot(w, gf) / torch.dot(w, w) * w
+    assert torch.allclose(out.flatten(), perp * gf.norm() / perp.norm(), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["grokfast_ema", "grokfast_ma", "orthograd"])
+def test_parameters_without_gradient_are_left_alone(name):
+    used, unused = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    f = _filter(name, [used, unused])
+    used.grad = torch.tensor([1.0, 0.0])
+    f.apply()
+    assert unused.grad is None
+
+
+@pytest.mark.parametrize("name,settings", [("grokfast_ema", {}), ("grokfast_ma", {"window": 2})])
+def test_state_round_trips_through_a_weights_only_checkpoint(name, settings):
+    p = torch.nn.Parameter(torch.zeros(3))
+    f = _filter(name, [p], **settings)
+    for i in range(3):
+        _step(f, p, torch.full((3,), float(i)))
+    buf = io.BytesIO()
+    torch.save(f.state_dict(), buf)
+    buf.seek(0)
+    g = _filter(name, [torch.nn.Parameter(torch.zeros(3))], **settings)
+    g.load_state_dict(torch.load(buf, weights_only=True))
+    assert torch.equal(_step(f, p, torch.ones(3)), _step(g, g.params[0], torch.ones(3)))
+
+
+def test_bad_filter_settings_are_one_line_errors():
+    with pytest.raises(SuiteError, match="window"):
+        _filter("grokfast_ma", [], window=0)
+    with pytest.raises(SuiteError, match="alpha"):
+        _filter("grokfast_ema", [], alpha=1.0)
+
+
+class _PreemptAt:
+    """A tracker that sends this process SIGUSR1 at one evaluation, as Slurm would before a time limit."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def log(self, record, step):
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def finish(self, result):
+        pass
+
+
+def _metrics(run_dir):
+    return (run_dir / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("choices,settings", [
+    ({"filter": "grokfast_ema"}, {}),
+    ({"filter": "grokfast_ma"}, {"filter.window": 7}),
+    ({"filter": "orthograd"}, {}),
+    ({"filter": "grokfast_ema", "opt": "adamlr", "sampler": "epoch"}, {"sampler.batch_size": 10}),
+])
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
+    spec = resolve(choices, {"p": 11, "train.steps": 60, "train.eval_every": 10, "patience": None,
+                             "model.d": 8, "model.hidden": 16, **settings})
+    whole = train(spec, tmp_path / "whole", torch.device("cpu"))
+    with pytest.raises(Preempted):  # stops (with a checkpoint) right after the update of step 30
+        train(spec, tmp_path / "cut", torch.device("cpu"), tracker=_PreemptAt(30))
+    resumed = train(spec, tmp_path / "cut", torch.device("cpu"))
+    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
+    for key in ("final_train_loss", "final_val_loss", "memorization_step", "grok_step"):
+        assert resumed[key] == whole[key]
