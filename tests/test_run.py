@@ -1,0 +1,168 @@
+"""`python -m suite run` end to end: files, reproducibility, resume, bad input, grokking."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, run_cli
+from suite.spec import resolve
+from suite.train import Preempted, train
+
+TINY = ["--set", "p=11", "--set", "train_frac=0.5", "--set", "test_frac=0.3", "--set", "batch_size=32",
+        "--set", "eval_every=10", "--set", "d=16", "--set", "hidden=32", "--steps", "60"]
+
+
+def test_run_writes_spec_metrics_and_result(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("run", "--opt", "adamlr", "--seed", "2", *TINY, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")
+    spec = json.loads((out / "spec.json").read_text())
+    assert spec["opt"]["name"] == "adamlr" and spec["opt"]["c"] == 10.0 and spec["seed"] == 2
+    assert spec["task"]["op"] == "add" and spec["train"]["steps"] == 60  # every default filled in
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(0, 61, 10))
+    assert {"train_loss", "train_acc", "val_loss", "val_acc", "emb_norm_rare", "emb_norm_frequent",
+            "sigma_ratio", "med"} <= set(lines[0])
+    result = json.loads((out / "result.json").read_text())
+    for key in ("spec", "memorization_step", "grok_step", "delay", "final_train_acc", "final_val_acc", "steps",
+                "wall_s", "steps_per_s", "device", "suite_version", "git_commit"):
+        assert key in result
+    assert result["spec"] == spec and result["steps"] == 60 and result["device"] == "cpu"
+    assert result["final_val_acc"] == lines[-1]["val_acc"]
+    assert not (out / "checkpoint.pt").exists()
+
+
+def test_default_run_dir_and_finished_spec_is_skipped(tmp_path):
+    first = run_cli("run", *TINY, cwd=tmp_path)
+    path = Path(tmp_path / first.stdout.strip().splitlines()[-1])
+    assert path.exists() and path.parts[-4] == "runs" and path.parent.name.startswith("seed0-")
+    before = path.stat().st_mtime_ns
+    again = run_cli("run", *TINY, cwd=tmp_path)
+    assert again.returncode == 0 and "already finished" in again.stderr
+    assert path.stat().st_mtime_ns == before
+
+
+def test_same_spec_twice_gives_identical_metrics(tmp_path):
+    for name in ("a", "b"):
+        assert run_cli("run", "--sampler", "frequency", *TINY, "--out", tmp_path / name).returncode == 0
+    assert (tmp_path / "a/metrics.jsonl").read_bytes() == (tmp_path / "b/metrics.jsonl").read_bytes()
+
+
+class SignalAt:
+    """A tracker that sends this process SIGUSR1 at one evaluation, like Slurm before a time limit."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def log(self, record, step):
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def finish(self, result):
+        pass
+
+
+@pytest.mark.parametrize("opt, sampler, extra", [("adamlr_adaptive", "frequency", {"every": 7}),
+                                                 ("sgd", "random", {"warmup_steps": 50})])
+def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, extra):
+    spec = resolve({"opt": opt, "sampler": sampler},
+                   {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.steps": 80,
+                    "eval_every": 10, "checkpoint_every": 30, "d": 16, "hidden": 32, **extra})
+    cpu = torch.device("cpu")
+    whole = train(spec, tmp_path / "whole", cpu)
+    with pytest.raises(Preempted):
+        train(spec, tmp_path / "cut", cpu, tracker=SignalAt(40))
+    assert (tmp_path / "cut/checkpoint.pt").exists() and not (tmp_path / "cut/result.json").exists()
+    resumed = train(spec, tmp_path / "cut", cpu)
+    assert (tmp_path / "cut/metrics.jsonl").read_text() == (tmp_path / "whole/metrics.jsonl").read_text()
+    timing = {"wall_s", "steps_per_s"}
+    assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "modulr"], "unknown task 'modulr' (did you mean 'modular'?)"),
+    (["--opt", "adamlrr"], "did you mean 'adamlr'"),
+    (["--set", "p=15"], "p must be a prime"),
+    (["--set", "p=2"], "prime >= 3"),
+    (["--set", "train_frac=1.2"], "train_frac must be in (0, 1)"),
+    (["--set", "test_frac=0"], "test_frac must be in (0, 1)"),
+    (["--set", "train_frac=0.7", "--set", "test_frac=0.4"], "test_frac + train_frac must be <= 1"),
+    (["--steps", "0"], "steps must be positive"),
+    (["--steps", "-5"], "steps must be positive"),
+    (["--set", "nosuchkey=1"], "no chosen component takes 'nosuchkey'"),
+    (["--set", "p=abc"], "p takes int"),
+    (["--set", "embed=maybe"], "embed takes bool"),
+    (["--set", "lr"], "--set takes KEY=VALUE"),
+    (["--opt", "adamlr", "--set", "embed=false"], "no token embedding"),
+    (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, message):
+    proc = run_cli("run", *args, "--out", tmp_path / "run", cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+
+
+def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
+    from suite import register_model
+    from suite.registry import SuiteError
+    from suite.train import build
+
+    @register_model("_image_only", inputs=("image",))
+    class ImageOnly(torch.nn.Module):
+        def __init__(self, data):
+            super().__init__()
+
+    with pytest.raises(SuiteError, match="model '_image_only' takes image inputs, but task 'modular' gives tokens"):
+        build(resolve({"model": "_image_only"}), torch.device("cpu"))
+
+
+def test_list_shows_every_component_with_parameters():
+    out = run_cli("list").stdout
+    for name in ("modular", "mlp", "adam", "adamw", "sgd", "adamlr", "adamlr_adaptive", "random", "full", "frequency"):
+        assert re.search(rf"^  {name}\s+\S", out, re.M), name
+    assert "c=10.0" in out and "p=97" in out and "batch_size=512" in out and "steps=20000" in out
+
+
+def _make_package(root: Path, module_code: str, ep_name: str = "parity") -> dict:
+    """A throwaway installed distribution (module + dist-info with an entry point) on PYTHONPATH."""
+    (root / "outside_pkg").mkdir()
+    (root / "outside_pkg/__init__.py").write_text(module_code)
+    info = root / "outside_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[suite.tasks]\n{ep_name} = outside_pkg\n")
+    return {"PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def test_readme_example_task_registers_through_an_entry_point_and_runs(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    code = readme.split("<!-- example task -->")[1].split("```python")[1].split("```")[0]
+    env = _make_package(tmp_path, textwrap.dedent(code))
+    listing = run_cli("list", "task", env=env)
+    assert re.search(r"^  parity\s+Parity of n_bits bits", listing.stdout, re.M), listing.stdout + listing.stderr
+    proc = run_cli("run", "--task", "parity", "--set", "n_bits=6", "--steps", "20", "--set", "eval_every=10",
+                   "--out", tmp_path / "run", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run/result.json").read_text())["spec"]["task"] == {
+        "name": "parity", "n_bits": 6, "train_frac": 0.5}
+
+
+def test_a_small_cell_groks(tmp_path):
+    """Memorization first, then generalization: the phenomenon the suite measures (p = 31, ~10 s)."""
+    proc = run_cli("run", "--set", "p=31", "--set", "train_frac=0.5", "--set", "test_frac=0.5", "--set",
+                   "batch_size=128", "--set", "eval_every=25", "--set", "patience=0", "--steps", "4000",
+                   "--out", tmp_path / "run")
+    result = json.loads((tmp_path / "run/result.json").read_text())
+    assert result["memorization_step"] is not None and result["grok_step"] is not None
+    assert result["grok_step"] > result["memorization_step"] and result["stop_reason"] == "target held"
