@@ -19,13 +19,26 @@ def _parse_sets(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _print_presets() -> int:
+    from suite.presets import PRESETS
+
+    print("presets (run --preset NAME; explicit flags and --set override them):")
+    for preset in PRESETS.values():
+        print(f"  {preset.name:<18} {preset.summary}")
+        for line in preset.describe():
+            print(f"  {'':<18}   {line}")
+    return 0
+
+
 def cmd_list(args) -> int:
     from suite.spec import train_params
 
+    if args.kind == "preset":
+        return _print_presets()
     kinds = [args.kind] if args.kind else list(ALL)
     for kind in kinds:
         if kind not in ALL:
-            raise SuiteError(f"unknown kind '{kind}'; known: {', '.join(ALL)}")
+            raise SuiteError(f"unknown kind '{kind}'; known: {', '.join(ALL)}, preset")
         print(f"{kind}s:" if kind != "opt" else "optimizers:")
         for name in ALL[kind].names():
             entry = ALL[kind].get(name)
@@ -37,6 +50,8 @@ def cmd_list(args) -> int:
     if not args.kind:
         print("train (every run):")
         print("  " + "  ".join(p.describe() for p in train_params().values()))
+        print()
+        _print_presets()
     return 0
 
 
@@ -48,8 +63,12 @@ def cmd_run(args) -> int:
     settings = _parse_sets(args.set)
     if args.steps is not None:
         settings["train.steps"] = args.steps
-    spec = resolve({"task": args.task, "model": args.model, "opt": args.opt, "sampler": args.sampler,
-                    "filter": args.filter}, settings, args.seed)
+    choices = {"task": args.task, "model": args.model, "opt": args.opt, "sampler": args.sampler, "filter": args.filter}
+    if args.preset:
+        from suite.presets import apply
+
+        choices, settings = apply(args.preset, choices, settings)
+    spec = resolve(choices, settings, args.seed)
     device = resolve_device(args.device)
     run_dir = Path(args.out) if args.out else default_run_dir(spec, args.root)
     rd = RunDir(run_dir)
@@ -76,7 +95,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="show every registered task, model, optimizer, sampler and filter")
-    p.add_argument("kind", nargs="?", help="only this kind: task, model, opt, sampler or filter")
+    p.add_argument("kind", nargs="?", help="only this kind: task, model, opt, sampler, filter or preset")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="train one cell and write DIR/spec.json, metrics.jsonl, result.json",
@@ -86,6 +105,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", help="optimizer name (default adam)")
     p.add_argument("--sampler", help="sampler name (default random)")
     p.add_argument("--filter", help="gradient filter name (default none)")
+    p.add_argument("--preset", help="a named configuration (see `list preset`); flags and --set override it")
     p.add_argument("--seed", type=int, default=0, help="run seed: initialisation, split and batches (default 0)")
     p.add_argument("--steps", type=int, help="update budget (train.steps)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
