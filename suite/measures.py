@@ -49,12 +49,21 @@ def sigma_max(w: torch.Tensor) -> float:
     return torch.linalg.matrix_norm(w.detach().float().flatten(1), ord=2).item()
 
 
+def frequency_quartiles(token_freq: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Ids of the tokens that occur in training inputs, ranked by training frequency (ties
+    broken by id, so the split is deterministic): the rarest quarter, the middle half and
+    the most frequent quarter."""
+    seen = torch.nonzero(token_freq > 0).flatten()
+    order = seen[torch.argsort(token_freq[seen], stable=True)]
+    quarter = max(1, len(order) // 4)
+    return {"rare": order[:quarter], "middle": order[quarter:-quarter], "frequent": order[-quarter:]}
+
+
 @torch.no_grad()
 def progress_measures(model, data: TaskData) -> dict[str, float]:
     """Embedding norms by token frequency, sigma_max(E)/sigma_max(W), and MED.
 
-    Rare / frequent are the quartiles of the tokens that occur in training inputs, ranked
-    by training frequency (ties broken by id, so the split is deterministic). MED is the
+    Rare / middle / frequent are the frequency_quartiles of the tokens. MED is the
     mean L2 distance between the embeddings of consecutive numbers (Grokking-Insight).
     """
     E = getattr(model, "embedding_weight", None)
@@ -62,13 +71,9 @@ def progress_measures(model, data: TaskData) -> dict[str, float]:
         return {}
     E = E.detach()
     out = {}
-    seen = torch.nonzero(data.token_freq > 0).flatten()
-    order = seen[torch.argsort(data.token_freq[seen], stable=True)]
-    quarter = max(1, len(order) // 4)
     norms = E.norm(dim=1)
-    out["emb_norm_rare"] = norms[order[:quarter]].mean().item()
-    out["emb_norm_middle"] = norms[order[quarter:-quarter]].mean().item() if len(order) > 2 * quarter else float("nan")
-    out["emb_norm_frequent"] = norms[order[-quarter:]].mean().item()
+    for bucket, ids in frequency_quartiles(data.token_freq).items():
+        out[f"emb_norm_{bucket}"] = norms[ids].mean().item() if len(ids) else float("nan")
     W = getattr(model, "coupled_weight", None)
     if W is not None:
         out["sigma_ratio"] = sigma_max(E) / sigma_max(W)
