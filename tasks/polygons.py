@@ -1,0 +1,129 @@
+"""Grokking-Insight's ResNet grokking dataset (resnet/data_gen.py): count the sides.
+
+A white 224 px image is a 2x2 grid of 112 px cells; each cell is blank or holds a regular
+polygon with 3..12 sides, drawn in black with spokes from its centre to every vertex. All
+11^4 = 14,641 combinations exist once; the label is the total number of sides (blank = 0),
+so labels are 0 or 3..48 (49 classes). A random train_frac of the images is trained on
+(0.25 -> 3,660, as in the paper) and the rest is the test set.
+
+Geometry as their code draws it: vertex k of an n-gon sits at angle 2*pi*k/n from the
+cell's centre. Their radius clamp compares every centre with the first cell's bounds, so
+the top-left polygon has radius 46 while the other three get radius -56: drawn rotated by
+180 degrees, with a vertex touching the cell's edge. We reproduce that picture (without
+their JPEG compression). Other resolutions are that picture area-averaged down (or drawn
+on a canvas that many times larger, lines as thick), so a 32 px image is the paper's image
+seen at 32 px: thin lines become gray, and nothing is redrawn differently.
+
+Rendering all images takes a few seconds; the result is cached on disk, one file per
+resolution, in $SUITE_CACHE (default ~/.cache/grokking-suite), written atomically so
+concurrent runs are safe. Images are kept as uint8 (N, 1, H, W) gray pixels: at 224 px
+that is 735 MB instead of 8.8 GB of float RGB; models convert them.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from suite import SuiteError, register_task
+from suite.data import TaskData
+from suite.rundir import write_atomic
+
+SIDES = (0, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)  # 0 = blank cell
+CANVAS = 224  # the paper's image size
+CELL = CANVAS // 2
+N_CLASSES = 4 * max(SIDES) + 1  # labels 0..48
+RENDER_VERSION = 1  # bump when the drawing changes, so stale caches are not read
+
+
+def cell_polygon(cell: int, sides: int, scale: int = 1) -> tuple[tuple[float, float], list[tuple[float, float]]]:
+    """Centre and vertices of cell `cell`'s polygon (cells 0..3 row by row), on a canvas `scale` x 224."""
+    cx, cy = (CELL // 2 + CELL * (cell % 2)) * scale, (CELL // 2 + CELL * (cell // 2)) * scale
+    radius = (46 if cell == 0 else -56) * scale  # their clamp's outcome, see the module docstring
+    vertices = [(cx + radius * math.cos(2 * math.pi * k / sides), cy + radius * math.sin(2 * math.pi * k / sides))
+                for k in range(sides)]
+    return (cx, cy), vertices
+
+
+def render(cells: Sequence[int], resolution: int) -> np.ndarray:
+    """One image (resolution x resolution, uint8 gray, white 255) for the 4 cells' numbers of sides."""
+    scale = -(-resolution // CANVAS)  # draw on 224 px, or on a multiple of it for larger images
+    image = Image.new("L", (CANVAS * scale, CANVAS * scale), 255)
+    draw = ImageDraw.Draw(image)
+    for cell, sides in enumerate(cells):
+        if sides == 0:
+            continue
+        centre, vertices = cell_polygon(cell, sides, scale)
+        draw.polygon(vertices, outline=0, fill=255, width=scale)
+        for vertex in vertices:
+            draw.line([centre, vertex], fill=0, width=scale)
+    if image.size[0] != resolution:
+        image = image.resize((resolution, resolution), Image.Resampling.BOX)  # area average
+    return np.asarray(image)
+
+
+def all_cells() -> torch.Tensor:
+    """Every combination, (14641, 4), in the order of their generator (first cell slowest)."""
+    return torch.tensor(list(itertools.product(SIDES, repeat=4)))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SUITE_CACHE") or Path.home() / ".cache" / "grokking-suite")
+
+
+def load_images(resolution: int) -> torch.Tensor:
+    """All 14,641 images as uint8 (N, 1, resolution, resolution): from the cache, or rendered once."""
+    path = cache_dir() / f"polygons-v{RENDER_VERSION}-{resolution}px.pt"
+    expected = (len(SIDES) ** 4, 1, resolution, resolution)
+    if path.exists():
+        try:
+            images = torch.load(path, weights_only=True)
+            if tuple(images.shape) == expected and images.dtype == torch.uint8:
+                return images
+        except Exception:  # a damaged cache file: render again and replace it
+            pass
+        print(f"polygons: cache {path} is unreadable; rendering again", file=sys.stderr)
+    print(f"polygons: rendering {expected[0]} images at {resolution} px into {path} (once)", file=sys.stderr)
+    images = torch.from_numpy(np.stack([render(c, resolution) for c in all_cells().tolist()]))[:, None]
+    buffer = io.BytesIO()
+    torch.save(images, buffer)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, buffer.getvalue())
+    except OSError as err:  # a read-only home is no reason to fail the run
+        print(f"polygons: could not write the cache ({err}); continuing without it", file=sys.stderr)
+    return images
+
+
+@register_task("polygons")
+def polygons(seed: int, *, resolution: int = 32, train_frac: float = 0.25, n_val: Optional[int] = None,
+             data_seed: Optional[int] = None) -> TaskData:
+    """2x2 grid of regular polygons (Grokking-Insight); label = total number of sides."""
+    if not 8 <= resolution <= 1024:
+        raise SuiteError(f"resolution must be in [8, 1024] px, got {resolution}")
+    if not 0 < train_frac < 1:
+        raise SuiteError(f"train_frac must be in (0, 1), got {train_frac}")
+    cells = all_cells()
+    total = len(cells)
+    n_train = int(train_frac * total)  # 0.25 -> 3,660 as in the paper
+    if n_val is not None and not 0 < n_val <= total - n_train:
+        raise SuiteError(f"n_val must be in [1, {total - n_train}] (the images not trained on), got {n_val}")
+    images, labels = load_images(resolution), cells.sum(dim=1)
+    g = torch.Generator().manual_seed(seed if data_seed is None else data_seed)
+    perm = torch.randperm(total, generator=g)
+    train = perm[:n_train].sort().values
+    val = perm[n_train:][:n_val].sort().values  # n_val None = the whole rest (the paper's test set)
+    return TaskData(
+        x_train=images[train], y_train=labels[train], x_val=images[val], y_val=labels[val], kind="image",
+        n_classes=N_CLASSES,
+        info={"n_train": len(train), "n_val": len(val), "n_images": total, "resolution": resolution},
+    )
