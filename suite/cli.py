@@ -58,7 +58,9 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     from suite.rundir import RunDir, read_json
     from suite.spec import canonical, default_run_dir, resolve
-    from suite.train import Preempted, resolve_device, train
+    from suite.backends import run_cell
+    from suite.tracking import make_tracker
+    from suite.train import Preempted, resolve_device
 
     settings = _parse_sets(args.set)
     if args.steps is not None:
@@ -78,7 +80,7 @@ def cmd_run(args) -> int:
         print(f"already finished: {run_dir}", file=sys.stderr)
     else:
         try:
-            result = train(spec, run_dir, device)
+            result = run_cell(spec, run_dir, device, make_tracker(args.wandb, spec))
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # not an error: the checkpoint is in place for the requeued job
@@ -87,6 +89,57 @@ def cmd_run(args) -> int:
               f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}", file=sys.stderr)
     print(rd / "result.json")
     return 0
+
+
+def cmd_grid(args) -> int:
+    from suite import backends, grid
+    from suite.slurm import TEMPLATE, SlurmOptions, find_sbatch, submit
+
+    g = grid.load(args.grid_file)
+    if args.backend == "slurm":  # check the options (and that sbatch exists) before anything else happens
+        options = SlurmOptions.merge(g.slurm, partition=args.partition, time=args.time, gpus=args.gpus,
+                                     cpus=args.cpus, mem=args.mem, account=args.account,
+                                     max_parallel=args.max_parallel, cells_per_task=args.cells_per_task,
+                                     sbatch=args.sbatch)
+        sbatch = None if args.dry_run else find_sbatch()
+    status = backends.statuses(g.cells, args.root)
+    todo = [c for c, s in zip(g.cells, status) if s in backends.TO_RUN]
+    summary = (f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
+               f"{len(todo)} to run")
+    if args.backend == "local" or args.dry_run or not todo:
+        print(summary, file=sys.stderr)
+    if not todo:
+        return 0
+    if args.backend == "local":
+        if args.dry_run:
+            for cell in todo:
+                print(f"{cell.run_dir(args.root)}  [{cell.label}]")
+            return 0
+        return backends.run_local(g, todo, args.root, workers=args.workers, device=args.device, wandb=args.wandb)
+    out = submit(g, todo, args.root, options, sbatch=sbatch, device=args.device, wandb=args.wandb,
+                 template=Path(args.template) if args.template else TEMPLATE)
+    if args.dry_run:
+        print(out, end="")
+    else:
+        print(f"{summary}; submitted array job {out} ({backends.n_tasks(len(todo), options.cells_per_task)} tasks); "
+              f"follow with: python -m suite status {args.grid_file}", file=sys.stderr)
+        print(out)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from suite import backends, grid
+
+    g = grid.load(args.grid_file)
+    for line in backends.status_lines(g.cells, args.root, show_done=args.all):
+        print(line)
+    return 0
+
+
+def cmd_chunk(args) -> int:
+    from suite.backends import run_chunk
+
+    return run_chunk(args.manifest, args.index)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -113,8 +166,50 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
     p.add_argument("--root", default="runs", help="where default run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    _wandb_flag(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("grid", help="run the missing or failed cells of a grid file, locally or as a Slurm array job",
+                       description="Run every cell of a grid file that is not done or running.")
+    p.add_argument("grid_file", help="a TOML grid file, e.g. suite/grids/paper.toml")
+    p.add_argument("--backend", choices=("local", "slurm"), default="local")
+    p.add_argument("--workers", type=int, default=1, help="local: cells at once, one process each (default 1)")
+    p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    p.add_argument("--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script")
+    _wandb_flag(p)
+    sl = p.add_argument_group("slurm (defaults from the grid file's [slurm] table)")
+    sl.add_argument("--partition")
+    sl.add_argument("--time", help="time limit per array task, e.g. 4:00:00")
+    sl.add_argument("--gpus", help="GPUs per array task, e.g. 1 or a100:1")
+    sl.add_argument("--cpus", type=int, help="CPUs per array task (also torch threads)")
+    sl.add_argument("--mem", help="memory per array task, e.g. 8G")
+    sl.add_argument("--account")
+    sl.add_argument("--max-parallel", type=int, help="array tasks running at once")
+    sl.add_argument("--cells-per-task", type=int, help="cells each array task runs in turn (default 1)")
+    sl.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                    help="an extra #SBATCH line, e.g. --sbatch=--constraint=a100 (repeatable)")
+    sl.add_argument("--template", help="sbatch template (default slurm/array.sbatch)")
+    p.set_defaults(func=cmd_grid)
+
+    p = sub.add_parser("status", help="done / running / failed / interrupted / missing, per cell of a grid file")
+    p.add_argument("grid_file")
+    p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
+    p.add_argument("--all", action="store_true", help="also list the cells that are done")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("chunk", help="(used by the backends) run chunk I of a grid manifest")
+    p.add_argument("manifest")
+    p.add_argument("index", type=int)
+    p.set_defaults(func=cmd_chunk)
     return parser
+
+
+def _wandb_flag(p) -> None:
+    from suite.tracking import MODES, default_mode
+
+    p.add_argument("--wandb", choices=MODES, default=default_mode(),
+                   help="Weights & Biases tracking (default from WANDB_MODE, else off)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,9 @@
 
 Every file that marks progress is written to a temporary name and renamed into place, so a
 reader (or a crash) never sees half a file; result.json appearing is what "finished" means.
-A lock file keeps two processes off the same run.
+A lock file keeps two processes off the same run; error.json records a crash, so a run dir
+alone says whether its cell is done, running, failed, interrupted (a checkpoint, nobody on
+it) or missing.
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ import fcntl
 import io
 import json
 import os
+import socket
 import sys
 import tempfile
+import time
+import traceback
 from pathlib import Path
-
-import torch
 
 from suite.registry import SuiteError
 
-CHECKPOINT, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
+CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
+STATUSES = ("done", "running", "failed", "interrupted", "missing")
+
+
+class RunLocked(SuiteError):
+    """Another process holds this run dir."""
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -56,14 +64,22 @@ class RunDir:
     def finished(self) -> bool:
         return (self.path / "result.json").exists()
 
-    def lock(self) -> None:
-        """Hold an exclusive lock for the life of this process (released by the OS on exit)."""
+    def lock(self, tries: int = 20) -> None:
+        """Hold an exclusive lock for the life of this process (released by the OS on exit).
+
+        A few retries: `is_locked` (status) holds the lock for an instant, and must not make a
+        run that starts at that moment believe somebody else is on it.
+        """
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.path / ".lock", "w")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SuiteError(f"another process is running this spec in {self.path}") from None
+        self._lock = open(self.path / ".lock", "a")
+        for _ in range(tries):
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.05)
+        self.unlock()
+        raise RunLocked(f"another process is running this spec in {self.path}")
 
     def unlock(self) -> None:
         if self._lock:
@@ -72,15 +88,49 @@ class RunDir:
 
     def is_locked(self) -> bool:
         """True while some process runs here (what `status` calls running)."""
-        if not (self.path / ".lock").exists():
+        try:
+            f = open(self.path / ".lock", "r")
+        except FileNotFoundError:
             return False
-        with open(self.path / ".lock", "w") as f:
+        with f:
             try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: status checks never block each other
             except BlockingIOError:
                 return True
             fcntl.flock(f, fcntl.LOCK_UN)
         return False
+
+    def status(self) -> str:
+        """done | running | failed | interrupted | missing (see STATUSES)."""
+        if self.finished:
+            return "done"
+        if self.is_locked():
+            return "running"
+        if (self.path / ERROR).exists():
+            return "failed"
+        if (self.path / CHECKPOINT).exists() or (self.path / PREVIOUS).exists():
+            return "interrupted"
+        return "missing"
+
+    # --- failures: error.json says what went wrong, until the run finishes -----------------
+
+    def record_failure(self, err: BaseException) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json(self.path / ERROR, {
+            "error": type(err).__name__, "message": str(err),
+            "traceback": "".join(traceback.format_exception(err)),
+            "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        })
+
+    def read_failure(self) -> dict | None:
+        try:
+            return read_json(self.path / ERROR)
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def clear_failure(self) -> None:
+        (self.path / ERROR).unlink(missing_ok=True)
 
     # --- metrics: one JSON line per evaluation -------------------------------------------
 
@@ -88,7 +138,16 @@ class RunDir:
         path = self.path / "metrics.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        records = []
+        for i, line in enumerate(lines):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                if i < len(lines) - 1:
+                    raise
+                # a process killed mid-write leaves a torn last line; resuming rewrites it
+        return records
 
     def restart_metrics(self, keep: list[dict]):
         """Rewrite metrics.jsonl with the lines to keep and open it for appending."""
@@ -99,6 +158,8 @@ class RunDir:
 
     def save_checkpoint(self, state: dict) -> None:
         """Keep the previous checkpoint until the new one is safely in place."""
+        import torch
+
         buf = io.BytesIO()
         torch.save(state, buf)
         current = self.path / CHECKPOINT
@@ -108,17 +169,48 @@ class RunDir:
 
     def load_checkpoint(self, device) -> dict | None:
         """The newest readable checkpoint, or None. weights_only: nothing arbitrary is unpickled."""
+        import torch
+
+        unreadable = []
         for name in (CHECKPOINT, PREVIOUS):
             path = self.path / name
             if not path.exists():
                 continue
             try:
-                return torch.load(path, map_location=device, weights_only=True)
+                state = torch.load(path, map_location=device, weights_only=True)
             except Exception as err:  # truncated or corrupted file
-                print(f"warning: checkpoint {path} is unreadable ({type(err).__name__}); "
-                      "falling back to the previous good state", file=sys.stderr)
+                first_line = (str(err).splitlines() or [""])[0][:200]
+                print(f"warning: checkpoint {path} is unreadable ({type(err).__name__}: {first_line})",
+                      file=sys.stderr)
+                unreadable.append(name)
+                continue
+            if unreadable:
+                print(f"warning: resuming from the last good checkpoint, {path} (step {state.get('step')})",
+                      file=sys.stderr)
+            return state
+        if unreadable:
+            print(f"warning: no readable checkpoint in {self.path}; starting again from step 0", file=sys.stderr)
         return None
 
     def drop_checkpoints(self) -> None:
         for name in (CHECKPOINT, PREVIOUS):
             (self.path / name).unlink(missing_ok=True)
+
+
+def rng_states(device) -> dict:
+    """torch's global RNG states, for a checkpoint (the run's own generator is saved apart)."""
+    import torch
+
+    states = {"torch_rng": torch.get_rng_state()}
+    if getattr(device, "type", None) == "cuda":
+        states["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(state: dict, device) -> None:
+    import torch
+
+    if "torch_rng" in state:
+        torch.set_rng_state(state["torch_rng"].cpu())
+    if "cuda_rng" in state and getattr(device, "type", None) == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"].cpu(), device)

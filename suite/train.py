@@ -26,7 +26,7 @@ from suite.components.optimizers import ParamGroups
 from suite.hessian import hessian_measures
 from suite.measures import LOSSES, LossName, Milestones, evaluate, progress_measures
 from suite.registry import ALL, SuiteError
-from suite.rundir import RunDir, write_json
+from suite.rundir import RunDir, read_json, rng_states, set_rng_states, write_json
 from suite.spec import component_settings, spec_id
 
 
@@ -171,6 +171,9 @@ def train(spec: dict, run_dir: Path, device: torch.device, tracker=None) -> dict
     b = build(spec, device)  # fails on bad input before anything is written
     rd = RunDir(run_dir)
     rd.lock()
+    if rd.finished:  # another process finished this spec while this one was building it
+        rd.unlock()
+        return read_json(rd / "result.json")
     write_json(rd / "spec.json", spec)
     loss_fn = LOSSES[cfg.loss]
     data, model, opt = b.data, b.model, b.optimizer
@@ -186,6 +189,7 @@ def train(spec: dict, run_dir: Path, device: torch.device, tracker=None) -> dict
         if hasattr(b.sampler, "load_state_dict"):  # samplers that keep a position (epoch)
             b.sampler.load_state_dict(state["sampler"])
         b.generator.set_state(state["generator"].cpu())
+        set_rng_states(state, device)  # torch's global RNG, for anything that draws from it (dropout)
         start, wall_before = int(state["step"]), float(state["wall_s"])
         print(f"resuming {run_dir} from step {start}", file=sys.stderr)
     history = [r for r in rd.read_metrics() if r["step"] < start]
@@ -203,7 +207,7 @@ def train(spec: dict, run_dir: Path, device: torch.device, tracker=None) -> dict
                     "model": model.state_dict(), "optimizer": opt.state_dict(),
                     "filter": b.grad_filter.state_dict() if b.grad_filter is not None else {},
                     "sampler": b.sampler.state_dict() if hasattr(b.sampler, "state_dict") else {},
-                    "generator": b.generator.get_state(), "step": step,
+                    "generator": b.generator.get_state(), **rng_states(device), "step": step,
                     "wall_s": wall_before + time.monotonic() - t0,
                 })
                 if stop.raised:

@@ -1,0 +1,237 @@
+"""Running many cells: the bookkeeping around train(), manifests, chunks and the local backend.
+
+A grid submission writes a manifest (the cells still to run, each with its spec and run dir)
+into ROOT/grids/<grid>/<stamp>/. `python -m suite chunk MANIFEST I` runs chunk I of it: cells
+I*k .. I*k+k-1, one after the other, skipping finished ones. The local backend starts one such
+process per cell, N at a time, each with one torch thread; a Slurm array task is one chunk
+(suite/slurm.py). Results never go through the manifest: each cell writes its own run dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from suite.grid import Cell, Grid
+from suite.registry import SuiteError
+from suite.rundir import RunDir, RunLocked, read_json, write_json
+
+TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
+
+
+def run_cell(spec: dict, run_dir: Path, device, tracker=None) -> dict:
+    """train() plus what every entry point needs: a crash leaves error.json (status 'failed'),
+    a finished run clears it, and the W&B run is closed whatever happens."""
+    from suite.train import Preempted, train
+
+    rd = RunDir(run_dir)
+    if rd.is_locked():  # before W&B starts: a second process must not write into the owner's W&B run
+        raise RunLocked(f"another process is running this spec in {rd.path}")
+    if tracker is not None:
+        tracker.start()  # outside train(), so W&B's start-up is not counted as training time
+    try:
+        result = train(spec, run_dir, device, tracker)
+    except Preempted:
+        if tracker is not None:
+            tracker.close(3)
+        raise
+    except SuiteError:  # bad input or another process on it: nothing to record here
+        if tracker is not None:
+            tracker.close(1)
+        raise
+    except Exception as err:
+        rd.record_failure(err)
+        if tracker is not None:
+            tracker.close(1)
+        raise
+    rd.clear_failure()
+    if tracker is not None:
+        tracker.close(0)  # no-op unless train() found the cell finished by another process
+    return result
+
+
+def statuses(cells: list[Cell], root: str | Path) -> list[str]:
+    return [RunDir(cell.run_dir(root)).status() for cell in cells]
+
+
+# --- manifests and chunks -------------------------------------------------------------------------
+
+
+def new_submission_dir(root: str | Path, grid_name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    path = Path(root).resolve() / "grids" / grid_name / stamp
+    (path / "logs").mkdir(parents=True)
+    return path
+
+
+def write_manifest(workdir: Path, grid: Grid, cells: list[Cell], root: str | Path, *, device: str,
+                   wandb: str, cells_per_task: int) -> Path:
+    root = Path(root).resolve()
+    manifest = {
+        "grid": grid.name, "source": str(grid.path.resolve()), "root": str(root),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device, "wandb": wandb,
+        "cells_per_task": cells_per_task, "n_tasks": n_tasks(len(cells), cells_per_task),
+        "cells": [{"id": c.id, "experiment": c.experiment, "label": c.label,
+                   "run_dir": str(c.run_dir(root)), "spec": c.spec} for c in cells],
+    }
+    write_json(workdir / "manifest.json", manifest)
+    return workdir / "manifest.json"
+
+
+def n_tasks(n_cells: int, cells_per_task: int) -> int:
+    return -(-n_cells // cells_per_task)
+
+
+_stop_requested: list[str] = []
+
+
+def catch_stop_signals() -> None:
+    """Remember a USR1/TERM that arrives before the training loop takes over the signals (torch
+    is still importing, or between cells) instead of dying of it: the chunk then stops, exit 3."""
+    def remember(signum, frame):
+        _stop_requested.append(signal.Signals(signum).name)
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, remember)
+
+
+def run_chunk(manifest_path: str | Path, index: int) -> int:
+    """Run chunk `index` of a manifest. Exit code: 0 all done, 1 a cell failed, 3 preempted."""
+    catch_stop_signals()
+    from suite.tracking import make_tracker
+    from suite.train import Preempted, resolve_device
+
+    try:
+        manifest = read_json(manifest_path)
+    except (FileNotFoundError, ValueError) as err:
+        raise SuiteError(f"cannot read manifest {manifest_path}: {err}") from None
+    k = manifest["cells_per_task"]
+    if not 0 <= index < manifest["n_tasks"]:
+        raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_tasks'] - 1}, not {index}")
+    device = resolve_device(manifest["device"])
+    failed = 0
+    for cell in manifest["cells"][index * k: (index + 1) * k]:
+        rd = RunDir(cell["run_dir"])
+        name = f"{cell['run_dir']} [{cell['label']}]"
+        if rd.finished:
+            print(f"already finished: {name}", file=sys.stderr)
+            continue
+        if _stop_requested:
+            print(f"stopped by {_stop_requested[0]} before {name}", file=sys.stderr)
+            return 3
+        print(f"running {name}", file=sys.stderr, flush=True)
+        tracker = make_tracker(manifest["wandb"], cell["spec"], manifest["grid"], cell["experiment"])
+        try:
+            run_cell(cell["spec"], rd.path, device, tracker)
+        except Preempted as stop:
+            print(f"stopped: {stop}", file=sys.stderr)
+            return 3  # the rest of the chunk runs when the task is requeued
+        except RunLocked as err:
+            print(f"skipped: {err}", file=sys.stderr)
+        except SuiteError as err:  # bad input found only when building (e.g. a model that cannot read the task)
+            rd.record_failure(err)
+            failed += 1
+            print(f"failed: {name}: {err}", file=sys.stderr)
+        except Exception:
+            failed += 1
+            print(f"failed: {name}:\n{traceback.format_exc()}", file=sys.stderr)
+        else:
+            print(f"finished {name}", file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+# --- local backend ----------------------------------------------------------------------------------
+
+
+def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, device: str, wandb: str) -> int:
+    """Run cells in separate processes, `workers` at a time. SIGINT/SIGTERM: every running cell
+    checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell failed, 3 if stopped."""
+    if workers < 1:
+        raise SuiteError(f"--workers must be at least 1, got {workers}")
+    workdir = new_submission_dir(root, grid.name)
+    manifest = write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1)
+    # One torch thread per process: N small runs share the cores instead of fighting over them.
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    pending, running, counts = list(range(len(cells))), {}, {"done": 0, "failed": 0, "stopped": 0, "skipped": 0}
+    stop = []
+
+    def on_signal(signum, frame):
+        stop.append(signum)
+        for proc in running:
+            proc.send_signal(signal.SIGTERM)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(f"{len(cells)} cells, {workers} at a time; logs in {workdir / 'logs'}", file=sys.stderr)
+    try:
+        while pending or running:
+            while pending and len(running) < workers and not stop:
+                i = pending.pop(0)
+                log = open(workdir / "logs" / f"{i:04d}-{cells[i].id}.log", "w")
+                proc = subprocess.Popen([sys.executable, "-m", "suite", "chunk", str(manifest), str(i)],
+                                        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                running[proc] = (i, log)
+            if stop and not running:
+                break
+            time.sleep(0.1)
+            for proc in [p for p in running if p.poll() is not None]:
+                i, log = running.pop(proc)
+                log.close()
+                outcome = _outcome(proc.returncode, RunDir(cells[i].run_dir(root)))
+                counts[outcome] += 1
+                print(_outcome_line(sum(counts.values()), len(cells), outcome, cells[i], root, log.name),
+                      file=sys.stderr, flush=True)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    left = len(pending)
+    print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "done")
+          + (f", {left} not started" if left else ""), file=sys.stderr)
+    return 3 if stop else (1 if counts["failed"] else 0)
+
+
+def _outcome(returncode: int, rd: RunDir) -> str:
+    if returncode == 3:
+        return "stopped"
+    if rd.finished:
+        return "done"
+    return "skipped" if returncode == 0 else "failed"  # skipped: another process holds the cell
+
+
+def _outcome_line(n: int, total: int, outcome: str, cell: Cell, root, log: str) -> str:
+    rd = RunDir(cell.run_dir(root))
+    line = f"[{n}/{total}] {outcome:<7} {rd.path} [{cell.label}]"
+    if outcome == "done":
+        result = json.loads((rd / "result.json").read_text())
+        line += f"  grok_step {result['grok_step']}  {result['wall_s']:.1f} s"
+    elif outcome == "failed":
+        line += f"  (see {log})"
+    return line
+
+
+def status_lines(cells: list[Cell], root: str | Path, show_done: bool = False) -> list[str]:
+    """One line per cell (done ones only if asked), then the counts."""
+    from suite.rundir import STATUSES
+
+    lines, counts = [], dict.fromkeys(STATUSES, 0)
+    for cell in cells:
+        rd = RunDir(cell.run_dir(root))
+        status = rd.status()
+        counts[status] += 1
+        if status == "done" and not show_done:
+            continue
+        line = f"{status:<11} {rd.path}  [{cell.label}]"
+        if status == "done":
+            line += f"  grok_step {read_json(rd / 'result.json')['grok_step']}"
+        elif status == "failed":
+            failure = rd.read_failure() or {}
+            message = (str(failure.get("message", "")).splitlines() or [""])[0]
+            line += f"  {failure.get('error', '?')}: {message}"
+        lines.append(line)
+    lines.append(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "done"))
+    return lines

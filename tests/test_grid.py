@@ -1,0 +1,195 @@
+"""Grid files: expansion, stable ids, bad input, the local backend, re-runs and status."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO, run_cli
+from suite.cli import main
+from suite.grid import load
+from suite.rundir import RunDir
+from suite.spec import canonical, resolve, spec_id
+
+TINY_FIXED = """
+[fixed]
+p = 11
+train_frac = 0.5
+test_frac = 0.3
+batch_size = 32
+d = 16
+hidden = 32
+"train.steps" = 40
+eval_every = 10
+"""
+
+
+def write(tmp_path, text, name="g.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_expansion_order_overrides_and_experiments(tmp_path):
+    grid = load(write(tmp_path, """
+        name = "demo"
+        [fixed]
+        p = 11
+        [axes]
+        opt = ["adam", "adamlr"]
+        seeds = [0, 1]
+        [overrides."opt=adamlr"]
+        "opt.lr" = 0.003
+        axes = { c = [2, 8] }
+
+        [[experiment]]
+        name = "main"
+        [[experiment]]
+        name = "mul"
+        fixed = { op = "mul", opt = "adam" }
+    """))
+    labels = [(c.experiment, c.label) for c in grid.cells]
+    assert labels == [
+        ("main", "opt=adam seed=0"), ("main", "opt=adam seed=1"),
+        ("main", "opt=adamlr seed=0 c=2"), ("main", "opt=adamlr seed=0 c=8"),
+        ("main", "opt=adamlr seed=1 c=2"), ("main", "opt=adamlr seed=1 c=8"),
+        ("mul", "seed=0"), ("mul", "seed=1"),
+    ]
+    specs = [c.spec for c in grid.cells]
+    assert all(s["task"]["p"] == 11 for s in specs)
+    assert [s["opt"]["lr"] for s in specs[:6]] == [0.01, 0.01, 0.003, 0.003, 0.003, 0.003]  # override only where opt=adamlr
+    assert [s["opt"]["c"] for s in specs[2:6]] == [2.0, 8.0, 2.0, 8.0]
+    assert specs[6]["task"]["op"] == "mul" and specs[6]["opt"]["name"] == "adam"
+    # each cell is exactly what `suite run` would resolve, with the same id and run dir
+    assert specs[3] == resolve({"opt": "adamlr"}, {"p": 11, "opt.lr": 0.003, "c": 8}, 0)
+    assert grid.cells[3].id == spec_id(specs[3])
+    assert str(grid.cells[3].run_dir("runs")).startswith("runs/modular-mlp-adamlr-random/seed0-")
+
+
+def test_same_spec_twice_is_one_cell(tmp_path):
+    grid = load(write(tmp_path, """
+        [axes]
+        "opt.lr" = [0.01, 1e-2]
+        [[experiment]]
+        [[experiment]]
+    """))
+    assert len(grid.cells) == 1
+
+
+def test_cell_ids_are_stable_across_processes(tmp_path):
+    """A hash of the spec, never Python's salted hash(): another interpreter agrees."""
+    path = REPO / "suite/grids/tiny.toml"
+    here = [c.id for c in load(path).cells]
+    code = f"from suite.grid import load; print(' '.join(c.id for c in load({str(path)!r}).cells))"
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.split()
+    assert here == there and len(set(here)) == 4
+
+
+def test_paper_grid_expands():
+    grid = load(REPO / "suite/grids/paper.toml")
+    assert grid.name == "paper"
+    assert len(grid.cells) == len({c.id for c in grid.cells}) == 273
+    experiments = [c.experiment for c in grid.cells]
+    assert {e: experiments.count(e) for e in set(experiments)} == {
+        "sampling": 216, "adam-vs-adamlr": 24, "c-sweep": 21, "one-hot": 12}  # c = 10 on a+b is shared
+    c_sweep = {c.spec["opt"]["c"] for c in grid.cells if c.spec["opt"]["name"] == "adamlr"}
+    assert c_sweep == {0.5, 1.0, 4.0, 8.0, 10.0, 16.0, 24.0, 32.0}
+    assert all(c.spec["task"]["p"] == 97 and c.spec["opt"]["weight_decay"] == 1e-3 for c in grid.cells)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[axes\nopt = 1", "not a valid TOML file"),
+    ("[axis]\nopt = ['adam']", "unknown key 'axis' (did you mean 'axes'?)"),
+    ("[axes]\nlrr = [0.1]", "no chosen component takes 'lrr'"),
+    ("[axes]\nopt = ['adam', 'adamm']", "unknown optimizer 'adamm' (did you mean 'adam'?)"),
+    ("[axes]\nop = ['add', 'pow']", "op='pow' is not one of"),
+    ("[fixed]\np = 'eleven'", "p takes int"),
+    ("[axes]\nseed = [0, -1]", "seed must be a non-negative integer"),
+    ("[axes]\nopt = 'adam'", "axis 'opt' must be a list"),
+    ("[axes]\nopt = []", "axis 'opt' is an empty list"),
+    ("[axes]\nopt = ['adam']\n[overrides.'opt=adamw']\nlr = 0.1", "override 'opt=adamw' matches no cell"),
+    ("[overrides.'optadam']\nlr = 0.1", "must read KEY=VALUE"),
+    ("[slurm]\npartiton = 'gpu'", "unknown key 'partiton' (did you mean 'partition'?)"),
+])
+def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    for command in (["grid", str(path), "--root", str(tmp_path / "runs")], ["status", str(path)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_grid_file(tmp_path, capsys):
+    assert main(["grid", str(tmp_path / "nope.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_path, capsys):
+    grid = write(tmp_path, TINY_FIXED + """
+        [axes]
+        opt = ["adam", "sgd"]
+    """)
+    root = tmp_path / "runs"
+    cells = load(grid).cells
+    dirs = [RunDir(c.run_dir(root)) for c in cells]
+    assert main(["grid", str(grid), "--dry-run", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.split() == [str(dirs[0].path), "[opt=adam]", str(dirs[1].path), "[opt=sgd]"]
+
+    proc = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", root)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 cells, 0 done, 0 running, 2 to run" in proc.stderr and proc.stderr.count("] done ") == 2
+    assert all(d.status() == "done" for d in dirs)
+    results = [json.loads((d / "result.json").read_text()) for d in dirs]
+    assert [r["spec"] for r in results] == [canonical(c.spec) for c in cells]
+    stamp = (dirs[0] / "result.json").stat().st_mtime_ns
+
+    # a cell that failed (error.json, no result) is run again; the finished one is left alone
+    (dirs[1] / "result.json").unlink()
+    dirs[1].record_failure(RuntimeError("out of memory"))
+    assert main(["status", str(grid), "--root", str(root)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("failed") and "RuntimeError: out of memory" in out[0]
+    assert out[-1] == "2 cells: 1 done, 1 failed"
+    proc = run_cli("grid", grid, "--root", root)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 cells, 1 done, 0 running, 1 to run" in proc.stderr
+    assert all(d.status() == "done" for d in dirs) and not (dirs[1] / "error.json").exists()
+    assert (dirs[0] / "result.json").stat().st_mtime_ns == stamp
+    timing = {"wall_s", "steps_per_s"}
+    again = json.loads((dirs[1] / "result.json").read_text())
+    assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in results[1].items() if k not in timing}
+
+    assert main(["grid", str(grid), "--root", str(root)]) == 0
+    assert "2 cells, 2 done, 0 running, 0 to run" in capsys.readouterr().err
+    assert main(["status", str(grid), "--root", str(root)]) == 0
+    assert capsys.readouterr().out.strip() == "2 cells: 2 done"
+
+
+def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
+    grid = write(tmp_path, TINY_FIXED + "[axes]\nseed = [0, 1, 2]\n")
+    root = tmp_path / "runs"
+    cells = load(grid).cells
+    running, interrupted = RunDir(cells[0].run_dir(root)), RunDir(cells[1].run_dir(root))
+    interrupted.path.mkdir(parents=True)
+    (interrupted / "checkpoint.pt").write_bytes(b"")
+    probe = ("import sys, time; from suite.rundir import RunDir; rd = RunDir(sys.argv[1]); rd.lock(); "
+             "print('locked', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", probe, str(running.path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert main(["status", str(grid), "--root", str(root)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert [line.split()[0] for line in out[:3]] == ["running", "interrupted", "missing"]
+        assert out[-1] == "3 cells: 0 done, 1 running, 1 interrupted, 1 missing"
+        # a grid run leaves the running cell to its owner and runs the other two
+        assert main(["grid", str(grid), "--root", str(root), "--dry-run"]) == 0
+        assert "3 cells, 0 done, 1 running, 2 to run" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,0 +1,242 @@
+"""The Slurm backend: the rendered script, bad input, and a real array job on a real cluster.
+
+The cluster tests need sbatch and a cluster that answers (slurm/start-cluster.sh makes one on
+this machine); they are skipped without one, unless SUITE_REQUIRE_SLURM=1 (set by .ci/run) says
+they must run.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+from suite.cli import main
+from suite.grid import load
+from suite.rundir import RunDir
+from suite.slurm import SlurmOptions, fit_array
+
+TINY = REPO / "suite/grids/tiny.toml"
+
+
+def sbatch_lines(script: str) -> list[str]:
+    return [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp_path, capsys):
+    root = tmp_path / "runs"
+    assert main(["grid", str(TINY), "--backend", "slurm", "--dry-run", "--root", str(root),
+                 "--partition", "gpu", "--time", "2:00:00", "--gpus", "a100:1", "--cpus", "4", "--mem", "16G",
+                 "--account", "grok", "--max-parallel", "3", "--cells-per-task", "3",
+                 "--sbatch=--constraint=a100", "--sbatch", "#SBATCH --qos=low"]) == 0
+    script = capsys.readouterr().out
+    assert script.startswith("#!/bin/bash\n")
+    assert sbatch_lines(script) == [
+        "--job-name=suite-tiny", "--array=0-1%3",  # 4 cells, 3 per task
+        f"--output={root.resolve()}/grids/tiny/<submission>/logs/%A_%a.out", "--open-mode=append",
+        "--requeue", "--signal=B:USR1@120", "--partition=gpu", "--time=2:00:00", "--gpus=a100:1",
+        "--cpus-per-task=4", "--mem=16G", "--account=grok", "--constraint=a100", "--qos=low"]
+    assert "-m suite chunk" in script and 'scontrol requeue "$task"' in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
+    assert not root.exists()
+
+
+def test_grid_file_slurm_table_gives_defaults_and_flags_win(tmp_path, capsys):
+    grid = tmp_path / "g.toml"
+    grid.write_text(TINY.read_text() + textwrap.dedent("""
+        [slurm]
+        partition = "cpu"
+        time = "30:00"
+        max_parallel = 2
+        signal_seconds = 300
+        sbatch = ["--exclusive"]
+        setup = ["module load cuda/12"]
+    """))
+    assert main(["grid", str(grid), "--backend", "slurm", "--dry-run", "--partition", "gpu"]) == 0
+    script = capsys.readouterr().out
+    lines = sbatch_lines(script)
+    assert "--partition=gpu" in lines and "--time=30:00" in lines and "--array=0-3%2" in lines
+    assert "--signal=B:USR1@300" in lines and lines[-1] == "--exclusive"
+    assert "\nmodule load cuda/12\n" in script
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sbatch", "constraint=a100"], "must be an option such as --constraint=a100"),
+    (["--cpus", "0"], "cpus must be an integer >= 1"),
+    (["--max-parallel", "-1"], "max_parallel must be an integer >= 1"),
+    (["--partition", "two words"], "partition must be one word"),
+])
+def test_bad_slurm_options_are_one_line_exit_2(tmp_path, capsys, args, message):
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(tmp_path / "runs"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sbatch_missing_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "sbatch not found" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def fake_sbatch(tmp_path, body: str, monkeypatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\n" + body)
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_rejected_submission_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
+    fake_sbatch(tmp_path, 'echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2\n'
+                          "exit 1\n", monkeypatch)
+    root = tmp_path / "runs"
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--partition", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: sbatch refused the job: Batch job submission failed: Invalid partition name specified"]
+    assert not list(root.rglob("*.*"))  # no manifest, no script, no log folder
+
+
+def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path, capsys, monkeypatch):
+    fake_sbatch(tmp_path, 'cp "$2" "$(dirname "$2")/submitted.sbatch"\necho "4242;cluster"\n', monkeypatch)
+    root = tmp_path / "runs"
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2"]) == 0
+    assert capsys.readouterr().out.strip() == "4242"
+    (workdir,) = (root / "grids/tiny").iterdir()
+    manifest = json.loads((workdir / "manifest.json").read_text())
+    assert [c["id"] for c in manifest["cells"]] == [c.id for c in load(TINY).cells]
+    assert manifest["cells_per_task"] == 2 and manifest["n_tasks"] == 2
+    assert (workdir / "submitted.sbatch").read_text() == (workdir / "job.sbatch").read_text()
+    assert f"--output={workdir}/logs/%A_%a.out" in (workdir / "job.sbatch").read_text()
+    assert (workdir / "job_id").read_text().strip() == "4242"
+
+
+def test_big_grids_get_more_cells_per_task():
+    options = SlurmOptions()
+    fit_array(options, 2500)
+    assert options.cells_per_task == 3
+
+
+# --- a real cluster ---------------------------------------------------------------------------------
+
+
+def cluster_up() -> bool:
+    if shutil.which("sbatch") is None:
+        return False
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    return ping.returncode == 0 and "UP" in ping.stdout
+
+
+needs_cluster = pytest.mark.skipif(
+    os.environ.get("SUITE_REQUIRE_SLURM") != "1" and not cluster_up(),
+    reason="no Slurm cluster here (slurm/start-cluster.sh starts one; SUITE_REQUIRE_SLURM=1 makes this fail instead)")
+
+
+def squeue(job: str | None = None) -> list[str]:
+    args = ["squeue", "-h", "-o", "%i %t %r"] + (["-j", job] if job else [])
+    out = subprocess.run(args, capture_output=True, text=True)
+    return out.stdout.split("\n")[:-1] if out.returncode == 0 else []
+
+
+@needs_cluster
+def test_a_partition_slurm_rejects_is_one_line_exit_2_and_nothing_submitted(tmp_path):
+    before = squeue()
+    root = tmp_path / "runs"
+    proc = run_cli("grid", TINY, "--backend", "slurm", "--root", root, "--partition", "no-such-partition")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: sbatch refused the job:")
+    assert "partition" in proc.stderr.lower()
+    assert squeue() == before and not list(root.rglob("*.*"))
+
+
+GRID = """
+name = "slurmtest"
+[fixed]
+p = 23
+d = 32
+hidden = 64
+batch_size = 64
+eval_every = 50
+checkpoint_every = 100
+patience = "none"
+[axes]
+"train.steps" = [4000, 1000]   # tasks 0 and 1 (run first, side by side) are the long ones
+seed = [0, 1]
+"""
+
+
+@needs_cluster
+def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    cells = load(grid).cells
+    root = tmp_path / "slurm-runs"
+    proc = run_cli("grid", grid, "--backend", "slurm", "--root", root, "--max-parallel", "2")
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().splitlines()[-1]
+    assert job.isdigit()
+    (workdir,) = (root / "grids/slurmtest").iterdir()
+    dirs = [RunDir(c.run_dir(root)) for c in cells]
+    try:
+        # Tasks 0 and 1 run side by side. Once both are past a checkpoint: USR1 to task 1's batch
+        # shell (what --signal=B:USR1 does before the time limit: the script forwards it, the run
+        # checkpoints and the script requeues itself), then `scontrol requeue` task 0 (what an
+        # admin or a preemption does: SIGTERM to every process, then the job goes back to pending).
+        wait_until(lambda: all((d / "checkpoint.pt").exists() and d.status() == "running" for d in dirs[:2]),
+                   "tasks 0 and 1 running past a checkpoint")
+        try:  # Slurm 22.05 delivers the signal to an array task yet answers "can not be altered now",
+            # and scancel keeps retrying every few seconds, which would hit the requeued task: stop it
+            subprocess.run(["scancel", "--signal=USR1", "--batch", f"{job}_1"], capture_output=True, timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True)
+        assert requeue.returncode == 0, requeue.stderr
+
+        def finished():
+            for line in squeue(job):  # a requeued task waits for its begin time: start it now
+                task, state, reason = line.split()
+                if state == "PD" and reason == "BeginTime":
+                    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], capture_output=True)
+            return not squeue(job) and all(d.finished for d in dirs)
+
+        wait_until(finished, "every cell finished and the job gone")
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
+
+    logs = [read(workdir / "logs" / f"{job}_{i}.out") for i in range(4)]  # %A_%a, appended across restarts
+    for i, stop in ((0, "stopped: SIGTERM"), (1, "stopped: SIGUSR1")):
+        assert stop in logs[i] and "restart 1" in logs[i], logs[i]
+        assert int(re.search(r"resuming .* from step (\d+)", logs[i]).group(1)) > 0, logs[i]
+    assert "requeueing" in logs[1]  # task 1 requeued itself
+    assert all("restart 0" in text and "restart 1" not in text for text in logs[2:])
+
+    local_root = tmp_path / "local-runs"
+    local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root)
+    assert local.returncode == 0, local.stderr
+    for cell, rd in zip(cells, dirs):
+        here = RunDir(cell.run_dir(local_root))
+        assert (rd / "metrics.jsonl").read_text() == (here / "metrics.jsonl").read_text()
+        ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
+        timing = {"wall_s", "steps_per_s"}
+        assert {k: v for k, v in ours.items() if k not in timing} == {k: v for k, v in theirs.items() if k not in timing}
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def wait_until(condition, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
