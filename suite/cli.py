@@ -76,8 +76,11 @@ def cmd_run(args) -> int:
     rd = RunDir(run_dir)
     if (rd / "spec.json").exists() and read_json(rd / "spec.json") != canonical(spec):
         raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
+    runner = ALL["task"].get(spec["task"]["name"]).info.get("runner")
     if rd.finished:
         print(f"already finished: {run_dir}", file=sys.stderr)
+    elif runner is not None:  # a task with its own runner (the number probes): no training loop
+        runner(spec, run_dir, device)
     else:
         try:
             result = run_cell(spec, run_dir, device, make_tracker(args.wandb, spec))

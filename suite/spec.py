@@ -33,14 +33,24 @@ def resolve(choices: dict[str, str | None] | None = None, settings: dict[str, An
     A setting `key` goes to every chosen component that takes `key`; `kind.key`
     (e.g. `opt.lr`, `train.steps`) to that component alone. A key nobody takes is an error.
     """
-    names = {**DEFAULTS, **{k: v for k, v in (choices or {}).items() if v is not None}}
-    unknown = set(names) - set(DEFAULTS)
+    chosen = {k: v for k, v in (choices or {}).items() if v is not None}
+    unknown = set(chosen) - set(DEFAULTS)
     if unknown:
         raise SuiteError(f"unknown component kind(s): {', '.join(sorted(unknown))}")
+    # A task may name its default model (register_task(..., default_model="smollm2")), and may
+    # bring its own runner instead of the training loop: its spec then holds only task and model.
+    task = ALL["task"].get(chosen.get("task", DEFAULTS["task"]))
+    names = {**DEFAULTS, **({"model": task.info["default_model"]} if "default_model" in task.info else {}), **chosen}
+    if "runner" in task.info:
+        unused = sorted(set(chosen) - {"task", "model"})
+        if unused:
+            raise SuiteError(f"task '{task.name}' trains nothing: --{unused[0]} does not apply")
+        names = {"task": names["task"], "model": names["model"]}
     params = {kind: ALL[kind].get(name).params for kind, name in names.items()}
-    params["train"] = train_params()
     spec: dict[str, Any] = {kind: {"name": names[kind]} | {k: p.default for k, p in params[kind].items()} for kind in names}
-    spec["train"] = {k: p.default for k, p in params["train"].items()}
+    if "runner" not in task.info:
+        params["train"] = train_params()
+        spec["train"] = {k: p.default for k, p in params["train"].items()}
 
     for key, value in (settings or {}).items():
         kind, _, bare = key.rpartition(".")
@@ -70,6 +80,8 @@ def spec_id(spec: dict) -> str:
 
 
 def default_run_dir(spec: dict, root: str | Path = "runs") -> Path:
+    if "opt" not in spec:  # a task with its own runner: no optimizer, sampler or filter
+        return Path(root) / f"{spec['task']['name']}-{spec['model']['name']}" / f"seed{spec['seed']}-{spec_id(spec)}"
     method = spec["opt"]["name"] + ("" if spec["filter"]["name"] == "none" else "+" + spec["filter"]["name"])
     cell = f"{spec['task']['name']}-{spec['model']['name']}-{method}-{spec['sampler']['name']}"
     return Path(root) / cell / f"seed{spec['seed']}-{spec_id(spec)}"

@@ -1,0 +1,258 @@
+"""The number-probe runner (arXiv 2502.16147): hidden states of every layer, then per-layer fits.
+
+For each run (prompt set) and data set (numbers, letters), the state of the read token at every
+layer (layer 0 = the embedding output, layer L = the output of block L, as hidden_states is
+indexed in the paper's code), and per layer:
+
+- pca_ev:  explained variance ratio of a 1-component PCA;
+- rho:     |Spearman(value, PC1)|; rho_within: the same inside each group, averaged (order
+           finer than the group: knowing only the group already gives rho ~0.97 here);
+- beta:    exp(slope) of a linear fit of log|Delta_k| on k, Delta_k the gap between the PC1
+           means of consecutive groups (~1 log-like, ~10 linear, < 1 compressed);
+- pls_r2:  R^2 of a 1-component PLS regression on the value; pls_rho and pls_beta the same
+           measures on the PLS component (the paper's PLS rows).
+
+Mean and std over the runs per layer; the best layer by EV (the paper's PCA row), by R^2 (its
+PLS row), and by EV among the layers whose PC1 orders the values (rho >= min_rho). Written to
+the run dir: result.json (last), probe.csv, probe_layers.png, probe_pc1.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import io
+import math
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+from sklearn.cross_decomposition import PLSRegression
+from sklearn.decomposition import PCA
+from threadpoolctl import threadpool_limits
+
+import suite
+from suite.registry import ALL, SuiteError
+from suite.rundir import RunDir, write_atomic, write_json
+from suite.spec import component_settings, spec_id
+
+METRICS = ("pca_ev", "pls_r2", "rho", "beta", "rho_within", "pls_rho", "pls_beta")
+
+
+# --- hidden states ---------------------------------------------------------------------------
+
+@torch.no_grad()
+def extract(pretrained, prompts: list[str], *, batch_size: int, read: str, device) -> tuple[np.ndarray, list[str]]:
+    """States of the read token at every layer, (layers+1, prompts, width), and the tokens read.
+
+    Batches are padded on the left; the attention mask hides the padding and the position ids
+    are rebuilt from it, so every prompt sees the positions it would see alone. read="equals"
+    reads the last real token (the prompt's final '='; for an encoder the token before [SEP]),
+    read="last" the last position whatever it is ([SEP] for an encoder, as the paper's code).
+    """
+    tokenizer, model = pretrained.tokenizer, pretrained.model
+    takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+    chunks, tokens_read = [], []
+    for start in range(0, len(prompts), batch_size):
+        enc = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
+                        return_special_tokens_mask=True)
+        special = enc.pop("special_tokens_mask")
+        mask = enc["attention_mask"]
+        if takes_positions:
+            enc["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(**{k: v.to(device) for k, v in enc.items()}, output_hidden_states=True)
+        positions = torch.arange(mask.shape[1])
+        if read == "last":
+            index = torch.full((len(mask),), mask.shape[1] - 1)
+        else:
+            index = (positions * mask * (1 - special)).argmax(-1)  # the last real, non-special token
+        rows = torch.arange(len(mask))
+        chunks.append(torch.stack([h[rows, index.to(h.device)].float().cpu() for h in out.hidden_states]))
+        tokens_read += tokenizer.convert_ids_to_tokens(enc["input_ids"][rows, index].tolist())
+    return torch.cat(chunks, 1).numpy(), tokens_read
+
+
+# --- per-layer measures ----------------------------------------------------------------------
+
+def abs_spearman(values: np.ndarray, scores: np.ndarray) -> float:
+    if np.ptp(values) == 0 or np.ptp(scores) == 0:
+        return math.nan
+    return float(abs(spearmanr(values, scores).statistic))
+
+
+def within_group_rho(values: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> float:
+    rhos = [abs_spearman(values[groups == g], scores[groups == g]) for g in np.unique(groups)]
+    rhos = [r for r in rhos if not math.isnan(r)]
+    return float(np.mean(rhos)) if rhos else math.nan
+
+
+def scaling_rate(scores: np.ndarray, groups: np.ndarray) -> float:
+    """beta = exp(slope of log|Delta_k| on k = 1..G-1), Delta_k between consecutive group means."""
+    means = [scores[groups == g].mean() for g in np.unique(groups)]  # groups in increasing order
+    gaps = np.clip(np.abs(np.diff(means)), 1e-8, None)
+    if len(gaps) < 2:
+        return math.nan
+    slope = np.polyfit(np.arange(1, len(gaps) + 1), np.log(gaps), 1)[0]
+    return float(np.exp(slope))
+
+
+def layer_measures(states: np.ndarray, values: np.ndarray, groups: np.ndarray) -> tuple[dict, np.ndarray]:
+    """The measures of one layer's states (prompts x width), and its PC1 scores."""
+    if states.var(0).sum() <= states.shape[1] * (1e-5 * float(np.abs(states).max())) ** 2:
+        # Every prompt has the same state up to float32 rounding (the '=' embedding of a causal
+        # LM, layer 0): there is nothing to fit, and PLS would divide by zero.
+        return {m: math.nan for m in METRICS}, np.zeros(len(states))
+    pc1 = PCA(n_components=1).fit(states)
+    scores = pc1.transform(states)[:, 0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # near-constant columns: sklearn warns, the fit stands
+            pls = PLSRegression(n_components=1).fit(states, values)
+            pls_scores = pls.transform(states)[:, 0]
+            r2 = float(pls.score(states, values))
+    except (ValueError, np.linalg.LinAlgError):  # a degenerate layer: no PLS measures, the rest stand
+        pls_scores, r2 = np.full(len(states), np.nan), math.nan
+    return {
+        "pca_ev": float(pc1.explained_variance_ratio_[0]),
+        "pls_r2": r2,
+        "rho": abs_spearman(values, scores),
+        "beta": scaling_rate(scores, groups),
+        "rho_within": within_group_rho(values, scores, groups),
+        "pls_rho": abs_spearman(values, pls_scores),
+        "pls_beta": scaling_rate(pls_scores, groups),
+    }, scores
+
+
+def _clean(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else round(float(x), 6)
+
+
+def summarize(per_run: list[list[dict]]) -> list[dict]:
+    """Per layer: each measure's mean and std over the runs (NaN-aware; null when undefined)."""
+    layers = []
+    for layer in range(len(per_run[0])):
+        row = {"layer": layer}
+        for m in METRICS:
+            vals = np.array([run[layer][m] for run in per_run], dtype=float)
+            ok = vals[~np.isnan(vals)]
+            row[m] = {"mean": _clean(ok.mean()) if len(ok) else None, "std": _clean(ok.std()) if len(ok) else None}
+        layers.append(row)
+    return layers
+
+
+def best_layers(layers: list[dict], min_rho: float) -> dict:
+    def best(key, among):
+        among = [r for r in among if r[key]["mean"] is not None]
+        return max(among, key=lambda r: r[key]["mean"]) if among else None
+
+    ordered = [r for r in layers if r["rho"]["mean"] is not None and r["rho"]["mean"] >= min_rho]
+    return {"by_ev": best("pca_ev", layers), "by_r2": best("pls_r2", layers),
+            "by_ev_ordered": best("pca_ev", ordered), "min_rho": min_rho}
+
+
+# --- outputs ---------------------------------------------------------------------------------
+
+def write_csv(path: Path, tables: dict[str, list[dict]]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["data", "layer"] + [f"{m}_{s}" for m in METRICS for s in ("mean", "std")])
+    for name, layers in tables.items():
+        for row in layers:
+            writer.writerow([name, row["layer"]] + ["" if row[m][s] is None else row[m][s] for m in METRICS for s in ("mean", "std")])
+    write_atomic(path, buf.getvalue())
+
+
+def _fmt(row: dict | None) -> str:
+    if row is None:
+        return "none"
+    get = lambda m: "nan" if row[m]["mean"] is None else f"{row[m]['mean']:.2f}"  # noqa: E731
+    return f"layer {row['layer']} (EV {get('pca_ev')}, R2 {get('pls_r2')}, rho {get('rho')}, beta {get('beta')})"
+
+
+def run_probe(spec: dict, run_dir: Path, device: torch.device) -> dict:
+    """Probe one spec into run_dir; every check (and the model load) happens before any file is written."""
+    t0 = time.monotonic()
+    task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
+    data = task.build(spec["seed"], **component_settings(spec, "task"))
+    accepted = model_entry.info.get("inputs", ())
+    if data.kind not in accepted:
+        raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
+                         f"but task '{task.name}' gives {data.kind}")
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(data.threads)  # more threads than free cores made SmolLM2 ~4x slower
+    try:
+        with threadpool_limits(limits=data.threads):  # the BLAS under the fits, likewise
+            return _probe(spec, run_dir, device, data, model_entry, t0)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
+    pretrained = model_entry.build(data, **component_settings(spec, "model")).to(device)
+    load_s = time.monotonic() - t0
+    rd = RunDir(run_dir)
+    rd.lock()
+    write_json(rd / "spec.json", spec)
+    print(f"[probe] {pretrained.source} loaded in {load_s:.1f} s; {len(data.runs)} runs", file=sys.stderr, flush=True)
+
+    tables, pc1_plots, outputs, timings = {}, {}, {}, {"load_s": round(load_s, 2)}
+    for name in data.runs[0]:
+        per_run, tokens, extract_s, fit_s = [], {}, 0.0, 0.0
+        for r, run in enumerate(data.runs):
+            t = time.monotonic()
+            states, read = extract(pretrained, run[name].prompts, batch_size=data.batch_size, read=data.read, device=device)
+            extract_s += time.monotonic() - t
+            width = states.shape[-1]
+            t = time.monotonic()
+            values, groups = np.asarray(run[name].values), np.asarray(run[name].groups)
+            measured = [layer_measures(s, values, groups) for s in states]
+            per_run.append([m for m, _ in measured])
+            if r == 0:
+                pc1_plots[name] = (values, groups, np.stack([scores for _, scores in measured]))
+            fit_s += time.monotonic() - t
+            for tok in read:
+                tokens[tok] = tokens.get(tok, 0) + 1
+        layers = summarize(per_run)
+        tables[name] = layers
+        outputs[name] = {"layers": layers, "best": best_layers(layers, data.min_rho), "tokens_read": tokens}
+        timings[f"{name}_extract_s"], timings[f"{name}_fit_s"] = round(extract_s, 2), round(fit_s, 2)
+        print(f"[probe] {name}: best by EV {_fmt(outputs[name]['best']['by_ev'])}; by R2 {_fmt(outputs[name]['best']['by_r2'])}; "
+              f"ordered (rho >= {data.min_rho}) {_fmt(outputs[name]['best']['by_ev_ordered'])}", file=sys.stderr, flush=True)
+
+    write_csv(rd / "probe.csv", tables)
+    t = time.monotonic()
+    from suite.probe_plots import plot_layers, plot_pc1
+
+    plot_layers(rd / "probe_layers.png", tables, title=f"{spec['model']['name']}: number probes per layer")
+    plot_pc1(rd / "probe_pc1.png", outputs, pc1_plots, title=spec["model"]["name"])
+    timings["plots_s"] = round(time.monotonic() - t, 2)
+    from suite.train import git_commit
+
+    wall = time.monotonic() - t0
+    result = {
+        "spec": spec,
+        "run_id": spec_id(spec),
+        "model": {"name": spec["model"]["name"], "source": pretrained.source, "class": type(pretrained.model).__name__,
+                  "n_layers": pretrained.n_layers, "width": width},
+        "read": data.read,
+        "runs": len(data.runs),
+        **outputs,
+        "task_info": data.info,
+        "timings": timings,
+        "wall_s": round(wall, 2),
+        "device": str(device),
+        "threads": data.threads,
+        "suite_version": suite.__version__,
+        "git_commit": git_commit(),
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+    }
+    write_json(rd / "result.json", result)
+    rd.unlock()
+    print(f"[probe] done in {wall:.1f} s", file=sys.stderr)
+    return result

@@ -1,0 +1,245 @@
+"""Number probes: the measures on states of known structure, the prompts, bad input, padding,
+and one real run of the bundled MiniLM through the CLI."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_cli
+from suite import SuiteError
+from suite.cli import main
+from suite.probe import best_layers, extract, layer_measures, scaling_rate, summarize
+from suite.spec import default_run_dir, resolve
+from tasks.number_probe import base26, number_interval, number_probe
+
+GROUPS = [1, 2, 3, 4]
+
+
+def paper_values(seed=0, per_group=30):
+    """Query values and groups exactly as the task draws them."""
+    s = number_probe(seed, per_group=per_group, runs=1, data="numbers").runs[0]["numbers"]
+    return np.array(s.values), np.array(s.groups)
+
+
+def states_from(signal, seed=0, noise=0.01, width=64):
+    """States that carry `signal` along one random direction, plus isotropic noise."""
+    rng = np.random.default_rng(seed)
+    direction = rng.normal(size=width)
+    direction /= np.linalg.norm(direction)
+    signal = (signal - signal.mean()) / signal.std()
+    return np.outer(signal, direction) + noise * rng.normal(size=(len(signal), width))
+
+
+# --- the measures --------------------------------------------------------------------------
+
+def test_log_built_states_are_log_like():
+    values, groups = paper_values()
+    # Noise below the spacing of log(980..1019), so the order inside each group survives too.
+    m, _ = layer_measures(states_from(np.log(values), noise=1e-4), values, groups)
+    assert 0.8 < m["beta"] < 1.5
+    assert m["rho"] > 0.99 and m["pca_ev"] > 0.9
+    assert m["rho_within"] > 0.9  # the order inside each group is encoded too
+
+
+def test_linear_states_give_beta_near_ten():
+    values, groups = paper_values()
+    m, _ = layer_measures(states_from(values.astype(float)), values, groups)
+    assert 7 < m["beta"] < 15
+    assert m["pls_r2"] > 0.99  # PLS on the value finds the linear code exactly
+
+
+def test_noise_gives_low_rho():
+    values, groups = paper_values()
+    rng = np.random.default_rng(1)
+    m, _ = layer_measures(rng.normal(size=(len(values), 64)), values, groups)
+    assert m["rho"] < 0.3
+    assert m["pca_ev"] < 0.2
+
+
+def test_group_only_states_order_between_groups_not_within():
+    """rho across groups is high from the group alone; rho_within exposes it (probes.md)."""
+    values, groups = paper_values()
+    m, _ = layer_measures(states_from(groups.astype(float), noise=0.05), values, groups)
+    assert m["rho"] > 0.9
+    assert m["rho_within"] < 0.5
+
+
+def test_scaling_rate_of_geometric_gaps():
+    # Group means 0, 1, 1+r, 1+r+r^2: gaps grow by r, so beta = r exactly.
+    groups = np.repeat([1, 2, 3, 4], 5)
+    for r in (0.5, 1.0, 3.0):
+        means = np.cumsum([0, 1, r, r * r])
+        assert scaling_rate(np.repeat(means, 5), groups) == pytest.approx(r)
+    assert math.isnan(scaling_rate(np.array([0.0, 1.0]), np.array([1, 2])))  # one gap: no slope
+
+
+def test_constant_states_give_nulls_and_valid_json():
+    values, groups = paper_values(per_group=5)
+    states = np.full((len(values), 8), 0.4)
+    states[:, :2] += 1e-7 * np.random.default_rng(0).normal(size=(len(values), 2))  # float32 rounding
+    m, _ = layer_measures(states, values, groups)
+    assert all(math.isnan(v) for v in m.values())
+    layers = summarize([[m], [m]])
+    json.dumps(layers, allow_nan=False)
+    assert layers[0]["rho"] == {"mean": None, "std": None}
+
+
+def test_best_layers_paper_rule_and_ordered_rule():
+    def layer(i, ev, rho):
+        base = {"pca_ev": ev, "pls_r2": 0.1 * i, "rho": rho, "beta": 1.0, "rho_within": 0.0, "pls_rho": rho, "pls_beta": 1.0}
+        return base
+
+    run_a = [layer(0, 0.9, 0.1), layer(1, 0.5, 0.95), layer(2, 0.3, 0.97)]
+    run_b = [layer(0, 0.7, 0.2), layer(1, 0.5, 0.93), layer(2, 0.3, 0.99)]
+    layers = summarize([run_a, run_b])
+    assert layers[0]["pca_ev"] == {"mean": pytest.approx(0.8), "std": pytest.approx(0.1)}
+    best = best_layers(layers, min_rho=0.9)
+    assert best["by_ev"]["layer"] == 0  # the paper's rule: highest EV, even where PC1 does not order values
+    assert best["by_ev_ordered"]["layer"] == 1
+    assert best["by_r2"]["layer"] == 2
+    assert best_layers(layers, min_rho=0.999)["by_ev_ordered"] is None
+
+
+# --- the prompts ---------------------------------------------------------------------------
+
+def test_prompts_follow_the_paper():
+    data = number_probe(0)
+    assert len(data.runs) == 3 and set(data.runs[0]) == {"numbers", "letters"}
+    numbers = data.runs[0]["numbers"]
+    assert len(numbers.prompts) == 4 * 30
+    for prompt, value, group in zip(numbers.prompts, numbers.values, numbers.groups):
+        parts = prompt.split(",")
+        assert len(parts) == 4 and parts[-1] == f"{int(value)}="
+        for part in parts[:3]:
+            left, right = part.split("=")
+            assert left == right and 0 <= int(left) <= 10_000
+        assert int(value) in number_interval(group, 20)
+    assert number_interval(1, 20) == range(1, 40) and number_interval(3, 20) == range(980, 1020)
+    letters = data.runs[0]["letters"]
+    for prompt, value, group in zip(letters.prompts, letters.values, letters.groups):
+        query = prompt.split(",")[-1][:-1]
+        assert len(query) == group and query.isalpha() and query.islower() and value == base26(query)
+    assert base26("a") == 0 and base26("ba") == 26 and base26("zz") == 26 * 25 + 25
+
+
+def test_prompts_depend_on_seed_and_run_only():
+    a, b = number_probe(0), number_probe(0)
+    assert a.runs[1]["numbers"].prompts == b.runs[1]["numbers"].prompts
+    assert a.runs[0]["numbers"].prompts != a.runs[1]["numbers"].prompts
+    assert number_probe(1).runs[0]["numbers"].prompts == a.runs[1]["numbers"].prompts  # run r uses seed + r
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"groups": ""}, "empty"),
+    ({"groups": "1,2,2"}, "distinct"),
+    ({"groups": "1,x"}, "integers"),
+    ({"groups": "1,2", "width": 70}, "overlap"),
+    ({"groups": "2", "width": 200}, "below 0"),
+    ({"per_group": 1}, "per_group"),
+])
+def test_bad_groups_are_one_line_errors(settings, message):
+    with pytest.raises(SuiteError, match=message):
+        number_probe(0, **settings)
+
+
+# --- the spec and the CLI's bad input ------------------------------------------------------
+
+def test_probe_task_names_its_model_and_trains_nothing(tmp_path):
+    spec = resolve({"task": "number_probe"})
+    assert spec["model"] == {"name": "smollm2"}
+    assert set(spec) == {"task", "model", "seed"}
+    assert default_run_dir(spec, tmp_path).parent.name == "number_probe-smollm2"
+    assert resolve({"task": "number_probe", "model": "hf"}, {"path": "/m"})["model"] == {"name": "hf", "path": "/m", "gguf_file": ""}
+    with pytest.raises(SuiteError, match="trains nothing"):
+        resolve({"task": "number_probe", "opt": "adam"})
+    assert resolve()["model"]["name"] == "mlp"  # other tasks keep the suite's default
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "hf", "--set", "path=/no/such/model"], "does not exist"),
+    (["--model", "hf"], "needs --set path"),
+    (["--model", "mlp"], "takes tokens"),
+    (["--set", "groups=1,1"], "distinct"),
+    (["--opt", "adam"], "trains nothing"),
+])
+def test_cli_bad_input_exit_2_nothing_written(tmp_path, capsys, args, message):
+    out = tmp_path / "run"
+    assert main(["run", "--task", "number_probe", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not out.exists()
+
+
+def test_directory_that_is_not_a_model(tmp_path, capsys):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "notes.txt").write_text("not a model")
+    out = tmp_path / "run"
+    assert main(["run", "--task", "number_probe", "--model", "hf", "--set", f"path={tmp_path / 'm'}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot load a transformers model" in err
+    assert not out.exists()
+
+
+# --- the real bundled encoder --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def minilm():
+    from models.pretrained import minilm as load_minilm
+
+    torch.set_num_threads(1)
+    return load_minilm(None)
+
+
+def test_model_without_hidden_states(tmp_path, capsys, minilm):
+    """An encoder-decoder needs decoder inputs: plain text gives it no hidden states."""
+    from transformers import T5Config, T5Model
+
+    T5Model(T5Config(vocab_size=minilm.tokenizer.vocab_size, d_model=16, d_ff=32, d_kv=8, num_layers=1,
+                     num_heads=2)).save_pretrained(tmp_path / "t5")
+    minilm.tokenizer.save_pretrained(tmp_path / "t5")
+    out = tmp_path / "run"
+    assert main(["run", "--task", "number_probe", "--model", "hf", "--set", f"path={tmp_path / 't5'}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "hidden states" in err
+    assert not out.exists()
+
+
+def test_left_padding_leaves_each_prompt_as_it_is_alone(minilm):
+    """BERT has absolute positions: padding on the left without rebuilt position ids would shift them."""
+    prompts = ["1=1,2=", "1234=1234,5678=5678,9999=9999,10005=", "ab=ab,c="]
+    batched, read = extract(minilm, prompts, batch_size=3, read="equals", device="cpu")
+    alone = np.concatenate([extract(minilm, [p], batch_size=1, read="equals", device="cpu")[0] for p in prompts], 1)
+    assert batched.shape == (7, 3, 384)  # embeddings + 6 layers
+    assert np.abs(batched - alone).max() < 1e-4
+    assert read == ["="] * 3
+    _, last = extract(minilm, prompts, batch_size=3, read="last", device="cpu")
+    assert last == ["[SEP]"] * 3
+
+
+def test_bundled_minilm_end_to_end_through_the_cli(tmp_path):
+    out = tmp_path / "run"
+    args = ["run", "--task", "number_probe", "--model", "minilm", "--set", "runs=2", "--set", "per_group=8",
+            "--out", out]
+    proc = run_cli(*args, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")
+    for name in ("spec.json", "result.json", "probe.csv", "probe_layers.png", "probe_pc1.png"):
+        assert (out / name).stat().st_size > 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["model"]["n_layers"] == 6 and result["runs"] == 2
+    for data in ("numbers", "letters"):
+        layers = result[data]["layers"]
+        assert [row["layer"] for row in layers] == list(range(7))
+        for row in layers:
+            for key in ("pca_ev", "pls_r2", "rho", "beta"):
+                assert set(row[key]) == {"mean", "std"}
+            assert 0 < row["pca_ev"]["mean"] <= 1 and 0 <= row["rho"]["mean"] <= 1
+        assert result[data]["best"]["by_ev"]["layer"] in range(7)
+        assert result[data]["tokens_read"] == {"=": 2 * 4 * 8}
+    csv_lines = (out / "probe.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + 2 * 7 and csv_lines[0].startswith("data,layer,pca_ev_mean")
+    again = run_cli(*args)
+    assert again.returncode == 0 and "already finished" in again.stderr
