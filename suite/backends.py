@@ -27,16 +27,19 @@ TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs
 
 def run_cell(spec: dict, run_dir: Path, device, tracker=None) -> dict:
     """train() plus what every entry point needs: a crash leaves error.json (status 'failed'),
-    a finished run clears it, and the W&B run is closed whatever happens."""
+    a finished run clears it, and the W&B run is closed whatever happens. A task with its own
+    runner (info["runner"], e.g. the number probes) runs that instead of the training loop."""
+    from suite.registry import ALL
     from suite.train import Preempted, train
 
+    runner = ALL["task"].get(spec["task"]["name"]).info.get("runner")
     rd = RunDir(run_dir)
     if rd.is_locked():  # before W&B starts: a second process must not write into the owner's W&B run
         raise RunLocked(f"another process is running this spec in {rd.path}")
     if tracker is not None:
         tracker.start()  # outside train(), so W&B's start-up is not counted as training time
     try:
-        result = train(spec, run_dir, device, tracker)
+        result = runner(spec, run_dir, device) if runner else train(spec, run_dir, device, tracker)
     except Preempted:
         if tracker is not None:
             tracker.close(3)

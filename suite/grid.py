@@ -90,12 +90,17 @@ def load(path: str | Path) -> Grid:
     top = {"fixed": _settings(_table(raw, "fixed", where), f"{where} [fixed]"),
            "axes": _axes(_table(raw, "axes", where), f"{where} [axes]"),
            "overrides": _overrides(_table(raw, "overrides", where), f"{where} [overrides]")}
+    _check_disjoint(top["fixed"], top["axes"], where)
     cells, seen, used = [], set(), set()
     for i, block in enumerate(experiments):
         block_where = f"{where} experiment {block.get('name', i)!r}" if "experiment" in raw else where
         _check_keys(block, BLOCK_KEYS, block_where)
-        fixed = top["fixed"] | _settings(_table(block, "fixed", block_where), f"{block_where} fixed")
-        axes = top["axes"] | _axes(_table(block, "axes", block_where), f"{block_where} axes")
+        own_fixed = _settings(_table(block, "fixed", block_where), f"{block_where} fixed")
+        own_axes = _axes(_table(block, "axes", block_where), f"{block_where} axes")
+        _check_disjoint(own_fixed, own_axes, block_where)
+        # the block's own keys win over the file's, whether they are fixed there or an axis
+        fixed = {k: v for k, v in top["fixed"].items() if k not in own_axes} | own_fixed
+        axes = {k: v for k, v in top["axes"].items() if k not in own_fixed} | own_axes
         own = _overrides(_table(block, "overrides", block_where), f"{block_where} overrides")
         for cell in _expand(fixed, axes, top["overrides"] + own, used, block.get("name", name), block_where):
             if cell.id not in seen:
@@ -108,9 +113,15 @@ def load(path: str | Path) -> Grid:
     return Grid(name, path, cells, slurm)
 
 
+def _check_disjoint(fixed: dict, axes: dict, where: str) -> None:
+    both = [k for k in fixed if k in axes]
+    if both:
+        raise SuiteError(f"{where}: '{both[0]}' is both fixed and an axis")
+
+
 def _expand(fixed: dict, axes: dict, overrides: list, used: set, experiment: str, where: str) -> list[Cell]:
     """The product of the axes (first key outermost), then each matching override's axes."""
-    keys = [k for k in axes if k not in fixed]
+    keys = list(axes)
     cells = []
     for values in itertools.product(*(axes[k] for k in keys)):
         assignment = fixed | dict(zip(keys, values))

@@ -41,8 +41,9 @@ def run_id(spec: dict) -> str:
 
 
 def make_tracker(mode: str, spec: dict, grid: str | None = None, experiment: str | None = None):
-    """A tracker for train(), or None when tracking is off."""
-    if check_mode(mode) == "off":
+    """A tracker for train(), or None when tracking is off or nothing is trained (a task with its
+    own runner: its spec has no train settings and no curves)."""
+    if check_mode(mode) == "off" or "train" not in spec:
         return None
     return WandbTracker(mode, spec, grid, experiment)
 

@@ -50,6 +50,10 @@ def test_expansion_order_overrides_and_experiments(tmp_path):
         [[experiment]]
         name = "mul"
         fixed = { op = "mul", opt = "adam" }
+        [[experiment]]
+        name = "primes"
+        fixed = { opt = "sgd", seed = 3 }
+        axes = { p = [13, 17] }
     """))
     labels = [(c.experiment, c.label) for c in grid.cells]
     assert labels == [
@@ -57,9 +61,11 @@ def test_expansion_order_overrides_and_experiments(tmp_path):
         ("main", "opt=adamlr seed=0 c=2"), ("main", "opt=adamlr seed=0 c=8"),
         ("main", "opt=adamlr seed=1 c=2"), ("main", "opt=adamlr seed=1 c=8"),
         ("mul", "seed=0"), ("mul", "seed=1"),
+        ("primes", "p=13"), ("primes", "p=17"),  # the block's own axis wins over the file's fixed p
     ]
     specs = [c.spec for c in grid.cells]
-    assert all(s["task"]["p"] == 11 for s in specs)
+    assert [s["task"]["p"] for s in specs] == [11] * 8 + [13, 17]
+    assert [s["seed"] for s in specs[8:]] == [3, 3] and specs[8]["opt"]["name"] == "sgd"
     assert [s["opt"]["lr"] for s in specs[:6]] == [0.01, 0.01, 0.003, 0.003, 0.003, 0.003]  # override only where opt=adamlr
     assert [s["opt"]["c"] for s in specs[2:6]] == [2.0, 8.0, 2.0, 8.0]
     assert specs[6]["task"]["op"] == "mul" and specs[6]["opt"]["name"] == "adam"
@@ -114,6 +120,7 @@ def test_paper_grid_expands():
     ("[axes]\nopt = ['adam']\n[overrides.'opt=adamw']\nlr = 0.1", "override 'opt=adamw' matches no cell"),
     ("[overrides.'optadam']\nlr = 0.1", "must read KEY=VALUE"),
     ("[slurm]\npartiton = 'gpu'", "unknown key 'partiton' (did you mean 'partition'?)"),
+    ("[fixed]\nop = 'add'\n[axes]\nop = ['mul']", "'op' is both fixed and an axis"),
 ])
 def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
@@ -161,7 +168,7 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert "2 cells, 1 done, 0 running, 1 to run" in proc.stderr
     assert all(d.status() == "done" for d in dirs) and not (dirs[1] / "error.json").exists()
     assert (dirs[0] / "result.json").stat().st_mtime_ns == stamp
-    timing = {"wall_s", "steps_per_s"}
+    timing = {"wall_s", "steps_per_s", "git_commit"}  # how long, and which commit: not what
     again = json.loads((dirs[1] / "result.json").read_text())
     assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in results[1].items() if k not in timing}
 

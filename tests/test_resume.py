@@ -18,7 +18,7 @@ from suite.rundir import RunDir, write_json
 # A run that takes a few seconds, checkpoints every 100 steps and never stops early.
 LONG = ["--set", "p=23", "--set", "d=32", "--set", "hidden=64", "--set", "batch_size=64", "--set", "eval_every=50",
         "--set", "checkpoint_every=100", "--set", "patience=none", "--steps", "2500"]
-TIMING = {"wall_s", "steps_per_s"}
+TIMING = {"wall_s", "steps_per_s", "git_commit"}  # git_commit: others may commit meanwhile
 
 
 def start(out: Path) -> subprocess.Popen:

@@ -140,21 +140,23 @@ needs_cluster = pytest.mark.skipif(
     reason="no Slurm cluster here (slurm/start-cluster.sh starts one; SUITE_REQUIRE_SLURM=1 makes this fail instead)")
 
 
-def squeue(job: str | None = None) -> list[str]:
-    args = ["squeue", "-h", "-o", "%i %t %r"] + (["-j", job] if job else [])
+def squeue(job: str | None = None, name: str | None = None) -> list[str]:
+    args = ["squeue", "-h", "-o", "%i %t %r"] + (["-j", job] if job else []) + (["--name", name] if name else [])
     out = subprocess.run(args, capture_output=True, text=True)
     return out.stdout.split("\n")[:-1] if out.returncode == 0 else []
 
 
 @needs_cluster
 def test_a_partition_slurm_rejects_is_one_line_exit_2_and_nothing_submitted(tmp_path):
-    before = squeue()
+    name = f"reject{os.getpid()}"  # a job name nobody else uses: others may share the cluster
+    grid = tmp_path / "grid.toml"
+    grid.write_text(TINY.read_text().replace('name = "tiny"', f'name = "{name}"'))
     root = tmp_path / "runs"
-    proc = run_cli("grid", TINY, "--backend", "slurm", "--root", root, "--partition", "no-such-partition")
+    proc = run_cli("grid", grid, "--backend", "slurm", "--root", root, "--partition", "no-such-partition")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: sbatch refused the job:")
     assert "partition" in proc.stderr.lower()
-    assert squeue() == before and not list(root.rglob("*.*"))
+    assert not squeue(name=f"suite-{name}") and not list(root.rglob("*.*"))
 
 
 GRID = """
@@ -225,7 +227,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
         here = RunDir(cell.run_dir(local_root))
         assert (rd / "metrics.jsonl").read_text() == (here / "metrics.jsonl").read_text()
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
-        timing = {"wall_s", "steps_per_s"}
+        timing = {"wall_s", "steps_per_s", "git_commit"}  # how long, and which commit: not what
         assert {k: v for k, v in ours.items() if k not in timing} == {k: v for k, v in theirs.items() if k not in timing}
 
 
