@@ -145,6 +145,15 @@ def cmd_chunk(args) -> int:
     return run_chunk(args.manifest, args.index)
 
 
+def cmd_leaderboard(args) -> int:
+    from suite.leaderboard import generate
+
+    written = generate(args.root, args.out, tau_max=args.tau_max)
+    print(f"{len(written)} files written to {args.out}", file=sys.stderr)
+    print(Path(args.out) / "index.md")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0].split(":")[0]
                                      + ": a grokking benchmark suite.")
@@ -200,6 +209,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
     p.add_argument("--all", action="store_true", help="also list the cells that are done")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("leaderboard", help="tables (Markdown, CSV), performance profile and plots from result files",
+                       description="Read every result.json under ROOT and write leaderboards to --out. The last "
+                                   "stdout line is the path of the index.")
+    p.add_argument("root", nargs="?", default="runs", help="directory searched recursively for result.json (default runs/)")
+    p.add_argument("--out", default="leaderboards", help="where tables and plots go (default leaderboards/)")
+    p.add_argument("--tau-max", type=float, help="performance profile over tau in [1, TAU_MAX] (default 4, AlgoPerf's)")
+    p.set_defaults(func=cmd_leaderboard)
 
     p = sub.add_parser("chunk", help="(used by the backends) run chunk I of a grid manifest")
     p.add_argument("manifest")

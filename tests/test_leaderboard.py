@@ -1,0 +1,235 @@
+"""Leaderboards: tables regenerate byte for byte from real result files, and their numbers mean
+what the headers say (medians, failures as inf, the baseline row, the performance profile)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from suite.cli import main
+from suite.leaderboard import CellLabels, MethodLabels, generate, is_plain, performance_profile, pick_baseline, summarise
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "leaderboard"
+RUNS = "tests/fixtures/leaderboard/runs"  # as typed from the repository root: headers record it
+TABLES = (".md", ".csv")
+
+
+def run_leaderboard(out: Path, root: str = RUNS, **kwargs) -> list[str]:
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        return generate(root, out, **kwargs)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("board")
+    run_leaderboard(out)
+    return out
+
+
+def files(out: Path, suffixes=None) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and (suffixes is None or p.suffix in suffixes)}
+
+
+def test_tables_match_the_committed_copy(board):
+    expected, got = files(FIXTURE / "expected", TABLES), files(board, TABLES)
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert got[name] == expected[name], f"{name} differs from tests/fixtures/leaderboard/expected/{name}"
+
+
+def test_regenerating_writes_the_same_bytes_plots_included(board, tmp_path):
+    run_leaderboard(tmp_path)
+    assert files(tmp_path) == files(board)
+    assert any(name.endswith(".png") for name in files(board))
+    run_leaderboard(tmp_path)  # over its own output: nothing changes
+    assert files(tmp_path) == files(board)
+
+
+def test_headers_say_how_the_tables_were_made(board):
+    page, index = (board / "modular-mlp.md").read_text(), (board / "index.md").read_text()
+    commits = {json.loads(p.read_text())["git_commit"][:12] for p in (FIXTURE / "runs").rglob("result.json")}
+    assert len(commits) == 2  # HEAD moved while the fixture ran: both are named
+    assert f"`python -m suite leaderboard {RUNS}`" in page and all(c in index for c in commits)
+    assert "Budget 1500 steps" in page and "seeds 0, 1" in page
+
+
+def results_by_cell_and_method() -> dict:
+    """Straight from the result files, without the leaderboard's code."""
+    out: dict = {}
+    for path in (FIXTURE / "runs").rglob("result.json"):
+        r = json.loads(path.read_text())
+        s = r["spec"]
+        cell = (s["model"]["name"], s["task"]["p"], s["task"]["split"])
+        method = (s["opt"]["name"], s["opt"].get("c"), s["filter"]["name"], s["sampler"]["batch_size"])
+        out.setdefault(cell, {}).setdefault(method, []).append(r)
+    return out
+
+
+def test_numbers_trace_to_the_result_files(board):
+    table = pd.read_csv(board / "modular-mlp.csv", keep_default_na=False)
+    row = table[(table["cell"] == "p=23 split=random") & (table["method"] == "adamlr c=10 / random bs=64")].iloc[0]
+    results = results_by_cell_and_method()[("mlp", 23, "random")][("adamlr", 10.0, "none", 64)]
+    grok = sorted(r["grok_step"] for r in results if r["grok_step"] is not None)
+    assert row["seeds"] == len(results) and row["grokked"] == len(grok)
+    assert float(row["success_rate"]) == len(grok) / len(results)
+    if grok:
+        assert float(row["grok_median"]) == pd.Series(grok).median()
+        assert (float(row["grok_min"]), float(row["grok_max"])) == (grok[0], grok[-1])
+    wall = pd.Series([r["wall_s"] for r in results]).median()
+    assert float(row["wall_s_median"]) == pytest.approx(wall, rel=1e-5)
+
+
+def test_each_row_is_compared_with_the_matching_plain_adam_row(board):
+    table = pd.read_csv(board / "modular-mlp.csv", keep_default_na=False)
+    for cell, rows in table.groupby("cell"):
+        ttt = dict(zip(rows["method"], rows["time_to_target"].astype(float)))
+        for r in rows.itertuples():
+            bs = json.loads(r.method_settings)["sampler.batch_size"]
+            plain = f"adam / random bs={bs}"
+            assert r.baseline == plain, (cell, r.method)
+            base, own = ttt[plain], float(r.time_to_target)
+            if math.isfinite(base) and math.isfinite(own):
+                assert float(r.speedup) == pytest.approx(base / own, rel=1e-5)
+            elif math.isinf(base) and math.isfinite(own):
+                assert math.isinf(float(r.speedup))
+
+
+def test_baseline_is_the_plain_row_that_agrees_most_then_the_fastest():
+    def method(opt="adam", lr=1e-3, bs=512, sampler="random", **extra):
+        return {"opt.name": opt, "opt.lr": lr, "opt.weight_decay": 1e-3, "filter.name": "none",
+                "sampler.name": sampler, "sampler.batch_size": bs, "train.loss": "ce", **extra}
+
+    def row(label, settings, ttt, seeds=3):
+        return {"method": label, "settings": settings, "time_to_target": ttt, "seeds": seeds}
+
+    plain = [row("adam lr=0.001 bs=64", method(bs=64), 900.0), row("adam lr=0.001 bs=512", method(), 700.0),
+             row("adam lr=0.01 bs=512", method(lr=1e-2), 300.0)]
+    assert all(is_plain(r["settings"]) for r in plain)
+    assert not is_plain(method(sampler="frequency")) and not is_plain(method(opt="adamlr"))
+    assert pick_baseline(method(opt="adamlr", lr=1e-2, **{"opt.c": 10.0}), plain)["method"] == "adam lr=0.01 bs=512"
+    assert pick_baseline(method(sampler="frequency", bs=64), plain)["method"] == "adam lr=0.001 bs=64"
+    assert pick_baseline(plain[0]["settings"], plain)["method"] == "adam lr=0.001 bs=64"  # its own baseline
+    # agreeing equally with two plain rows (batch 128 matches neither): the faster one is the baseline
+    assert pick_baseline(method(sampler="frequency", bs=128), plain[:2])["method"] == "adam lr=0.001 bs=512"
+    assert pick_baseline(method(), []) is None
+
+
+def test_time_to_target_is_the_median_with_failures_as_inf():
+    def group(*grok):
+        return pd.DataFrame({"memorization_step": [10] * len(grok), "grok_step": list(grok), "wall_s": [1.0] * len(grok)})
+
+    assert summarise(group(100, None, 300), budget=1000)["time_to_target"] == 300
+    assert math.isinf(summarise(group(100, None), budget=1000)["time_to_target"])
+    late = summarise(group(100, 2000), budget=1500)  # grokked after the cell's budget: a failure
+    assert late["grokked"] == 1 and math.isinf(late["time_to_target"]) and late["grok_median"] == 100
+    assert late["delay_median"] == 90
+
+
+def test_performance_profile_scores():
+    rows = [("A", "m1", 100), ("A", "m2", 200), ("A", "m3", math.inf),
+            ("B", "m1", 300), ("B", "m2", 100),
+            ("C", "m1", 50),  # one method only: compares nothing
+            ("D", "m1", math.inf), ("D", "m2", math.inf)]  # nobody reached the target
+    table = pd.DataFrame([{"task": "t", "model": "m", "cell_label": c, "method": m, "time_to_target": float(t)}
+                          for c, m, t in rows])
+    ratios, scores = performance_profile(table, tau_max=4)
+    assert sorted(ratios["cell"].unique()) == ["A", "B"]
+    by = scores.set_index("method")
+    assert list(scores["method"]) == ["m2", "m1", "m3"]
+    assert by.loc["m1", "score"] == pytest.approx((1 + 1 / 3) / 2)  # r = 1 and 3
+    assert by.loc["m2", "score"] == pytest.approx((2 / 3 + 1) / 2)  # r = 2 and 1
+    assert by.loc["m3", "score"] == 0 and by.loc["m3", "cells"] == 1
+    assert (by.loc["m1", "rho_2"], by.loc["m1", "best_in"]) == (0.5, 1)
+
+
+def test_labels_name_only_what_varies():
+    base = {"opt.name": "adam", "opt.lr": 0.01, "filter.name": "none", "sampler.name": "random",
+            "sampler.batch_size": 512, "train.loss": "ce"}
+    methods = [base, {**base, "opt.name": "adamlr", "opt.c": 4.0}, {**base, "opt.name": "adamlr", "opt.c": 10.0},
+               {**base, "filter.name": "grokfast_ema", "filter.alpha": 0.98}, {**base, "sampler.batch_size": 64},
+               {**base, "train.loss": "stablemax"}]
+    label = MethodLabels({i: m for i, m in enumerate(methods)})
+    assert [label(m) for m in methods] == [
+        "adam / random bs=512 / loss=ce", "adamlr c=4 / random bs=512 / loss=ce", "adamlr c=10 / random bs=512 / loss=ce",
+        "adam + grokfast_ema / random bs=512 / loss=ce", "adam / random bs=64 / loss=ce",
+        "adam / random bs=512 / loss=stablemax"]
+    assert label(methods[1], drop=("opt.c", "sampler", "train.loss")) == "adamlr"
+    cells = [{"task.name": "modular", "task.p": p, "model.name": "mlp", "model.d": 32} for p in (23, 31)]
+    assert [CellLabels({i: c for i, c in enumerate(cells)})(c) for c in cells] == ["p=23", "p=31"]
+
+
+def test_plots_sit_next_to_their_tables(board):
+    names = set(files(board))
+    page = (board / "modular-mlp.md").read_text()
+    for kind in ("accuracy", "emb_norms"):
+        assert f"modular-mlp/p-23_split-random.{kind}.png" in names
+    assert "modular-mlp/p-23_split-random.c_sweep.png" in names  # adamlr at c = 4 and 10
+    assert any(n.startswith("modular-mlp/") and n.endswith(".sampling.png") for n in names)  # split x batch size
+    assert "transformer" in " ".join(names) and "profile.png" in names
+    for name in names:
+        if name.endswith(".png") and name.startswith("modular-mlp/"):
+            assert f"]({name})" in page
+
+
+def test_missing_or_empty_root_is_one_line_and_exit_2(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["leaderboard", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["leaderboard", str(tmp_path / "empty"), "--out", str(out)]) == 2
+    bad = tmp_path / "bad" / "run"
+    bad.mkdir(parents=True)
+    (bad / "result.json").write_text("{not json")
+    assert main(["leaderboard", str(tmp_path / "bad"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert "result.json" in err[2]
+    assert not out.exists()
+
+
+def test_cli_writes_the_index_and_drops_stale_files(tmp_path, capsys):
+    out = tmp_path / "board"
+    assert main(["leaderboard", str(FIXTURE / "runs"), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out / "index.md")
+    (out / "README.md").write_text("written by hand\n")
+    (out / "old.md").write_text("from an earlier set of runs\n")
+    with open(out / "generated.txt", "a") as listing:
+        listing.write("old.md\n")
+    assert main(["leaderboard", str(FIXTURE / "runs"), "--out", str(out)]) == 0
+    assert not (out / "old.md").exists() and (out / "README.md").exists()
+
+
+def test_probe_results_get_a_per_layer_table_and_plot(tmp_path):
+    # The shape suite/probe.py writes (one entry per data set, each with `layers` and `best`);
+    # the values are made up to pin the format, not measured.
+    run = tmp_path / "runs" / "number_probe-smollm2" / "seed0-abc"
+    run.mkdir(parents=True)
+
+    def layer(i, ev):
+        return {"layer": i, "pca_ev": {"mean": ev, "std": 0.01}, "rho": {"mean": 0.5, "std": None}}
+
+    series = {name: {"layers": [layer(i, scale * i) for i in range(3)], "best": {"by_ev": layer(2, 2 * scale), "by_ev_ordered": None}}
+              for name, scale in (("numbers", 0.1), ("letters", 0.05))}
+    result = {"spec": {"task": {"name": "number_probe"}, "model": {"name": "smollm2"}, "seed": 0},
+              **series, "git_commit": "f" * 40}
+    (run / "result.json").write_text(json.dumps(result))
+    written = generate(tmp_path / "runs", tmp_path / "out")
+    assert {"probes.md", "probes.csv", "index.md"} <= set(written)
+    assert any(w.startswith("probes/") and w.endswith(".png") for w in written)
+    assert not any(w.startswith("profile") for w in written)  # no grokking runs, no profile
+    csv = pd.read_csv(tmp_path / "out" / "probes.csv")
+    numbers = csv[csv["series"] == "numbers"]
+    assert list(numbers["layer"]) == [0, 1, 2] and list(numbers["pca_ev_mean"]) == pytest.approx([0, 0.1, 0.2])
+    assert csv["rho_std"].isna().all()  # null std stays missing, not 0
+    page = (tmp_path / "out" / "probes.md").read_text()
+    assert "by_ev: layer 2 (pca_ev 0.20, rho 0.50); by_ev_ordered: -" in page
