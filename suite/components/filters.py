@@ -61,7 +61,8 @@ class GrokfastMA:
 
     As in grokfast.py (warmup=True), gradients are collected from the first step but the
     filter changes nothing until the window is full. The window is a ring buffer of shape
-    (window, *param.shape) with the number of gradients seen so far.
+    (window, *param.shape) with the number of gradients seen so far: memory (and checkpoint
+    size) is `window` copies of the parameters, as in their code.
     """
 
     def __init__(self, params, window: int, lamb: float):
