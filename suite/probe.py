@@ -37,9 +37,9 @@ from sklearn.decomposition import PCA
 from threadpoolctl import threadpool_limits
 
 import suite
-from suite.registry import ALL, SuiteError
 from suite.rundir import RunDir, write_atomic, write_json
 from suite.spec import component_settings, spec_id
+from suite.train import git_commit, task_data
 
 METRICS = ("pca_ev", "pls_r2", "rho", "beta", "rho_within", "pls_rho", "pls_beta")
 
@@ -177,12 +177,7 @@ def _fmt(row: dict | None) -> str:
 def run_probe(spec: dict, run_dir: Path, device: torch.device) -> dict:
     """Probe one spec into run_dir; every check (and the model load) happens before any file is written."""
     t0 = time.monotonic()
-    task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
-    data = task.build(spec["seed"], **component_settings(spec, "task"))
-    accepted = model_entry.info.get("inputs", ())
-    if data.kind not in accepted:
-        raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
-                         f"but task '{task.name}' gives {data.kind}")
+    data, model_entry = task_data(spec)
     threads_before = torch.get_num_threads()
     torch.set_num_threads(data.threads)  # more threads than free cores made SmolLM2 ~4x slower
     try:
@@ -231,7 +226,6 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
     plot_layers(rd / "probe_layers.png", tables, title=f"{spec['model']['name']}: number probes per layer")
     plot_pc1(rd / "probe_pc1.png", outputs, pc1_plots, title=spec["model"]["name"])
     timings["plots_s"] = round(time.monotonic() - t, 2)
-    from suite.train import git_commit
 
     wall = time.monotonic() - t0
     result = {

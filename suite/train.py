@@ -82,15 +82,21 @@ def check_train_config(cfg: TrainConfig) -> None:
         raise SuiteError("warmup_steps and patience must be >= 0")
 
 
-def build(spec: dict, device: torch.device) -> Built:
-    """Everything a run needs, from its spec. Raises SuiteError on bad input, before any file is written."""
-    check_train_config(TrainConfig(**spec["train"]))
+def task_data(spec: dict):
+    """The task's data and the model's registry entry, once the model is known to take that data."""
     task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
     data = task.build(spec["seed"], **component_settings(spec, "task"))
     accepted = model_entry.info.get("inputs", ())
     if data.kind not in accepted:
         raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
                          f"but task '{task.name}' gives {data.kind}")
+    return data, model_entry
+
+
+def build(spec: dict, device: torch.device) -> Built:
+    """Everything a run needs, from its spec. Raises SuiteError on bad input, before any file is written."""
+    check_train_config(TrainConfig(**spec["train"]))
+    data, model_entry = task_data(spec)
     data = data.to(device)
     torch.manual_seed(spec["seed"])  # the model's initialisation
     model = model_entry.build(data, **component_settings(spec, "model")).to(device)

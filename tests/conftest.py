@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,20 @@ def run_cli(*args, cwd=None, env=None, timeout=600):
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "suite", *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+class PreemptAt:
+    """A tracker that sends this process SIGUSR1 at one evaluation, as Slurm does before a time limit."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def log(self, record, step):
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def finish(self, result):
+        pass
 
 
 @pytest.fixture

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import io
-import os
-import signal
 
 import pytest
 import torch
 
+from conftest import PreemptAt
 from suite.registry import ALL, SuiteError
 from suite.spec import resolve
 from suite.train import Preempted, train
@@ -89,20 +88,6 @@ def test_bad_filter_settings_are_one_line_errors():
         _filter("grokfast_ema", [], alpha=1.0)
 
 
-class _PreemptAt:
-    """A tracker that sends this process SIGUSR1 at one evaluation, as Slurm would before a time limit."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def log(self, record, step):
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-    def finish(self, result):
-        pass
-
-
 def _metrics(run_dir):
     return (run_dir / "metrics.jsonl").read_text()
 
@@ -118,7 +103,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
                              "model.d": 8, "model.hidden": 16, **settings})
     whole = train(spec, tmp_path / "whole", torch.device("cpu"))
     with pytest.raises(Preempted):  # stops (with a checkpoint) right after the update of step 30
-        train(spec, tmp_path / "cut", torch.device("cpu"), tracker=_PreemptAt(30))
+        train(spec, tmp_path / "cut", torch.device("cpu"), tracker=PreemptAt(30))
     resumed = train(spec, tmp_path / "cut", torch.device("cpu"))
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
     for key in ("final_train_loss", "final_val_loss", "memorization_step", "grok_step"):

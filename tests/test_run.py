@@ -3,16 +3,13 @@
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import REPO, run_cli
+from conftest import REPO, PreemptAt, run_cli
 from suite.spec import resolve
 from suite.train import Preempted, train
 
@@ -58,20 +55,6 @@ def test_same_spec_twice_gives_identical_metrics(tmp_path):
     assert (tmp_path / "a/metrics.jsonl").read_bytes() == (tmp_path / "b/metrics.jsonl").read_bytes()
 
 
-class SignalAt:
-    """A tracker that sends this process SIGUSR1 at one evaluation, like Slurm before a time limit."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def log(self, record, step):
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-    def finish(self, result):
-        pass
-
-
 @pytest.mark.parametrize("opt, sampler, extra", [("adamlr_adaptive", "frequency", {"every": 7}),
                                                  ("sgd", "random", {"warmup_steps": 50})])
 def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, extra):
@@ -81,7 +64,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     cpu = torch.device("cpu")
     whole = train(spec, tmp_path / "whole", cpu)
     with pytest.raises(Preempted):
-        train(spec, tmp_path / "cut", cpu, tracker=SignalAt(40))
+        train(spec, tmp_path / "cut", cpu, tracker=PreemptAt(40))
     assert (tmp_path / "cut/checkpoint.pt").exists() and not (tmp_path / "cut/result.json").exists()
     resumed = train(spec, tmp_path / "cut", cpu)
     assert (tmp_path / "cut/metrics.jsonl").read_text() == (tmp_path / "whole/metrics.jsonl").read_text()
@@ -164,6 +147,7 @@ def test_a_small_cell_groks(tmp_path):
     proc = run_cli("run", "--set", "p=31", "--set", "train_frac=0.5", "--set", "test_frac=0.5", "--set",
                    "batch_size=128", "--set", "eval_every=25", "--set", "patience=0", "--steps", "4000",
                    "--out", tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "run/result.json").read_text())
     assert result["memorization_step"] is not None and result["grok_step"] is not None
     assert result["grok_step"] > result["memorization_step"] and result["stop_reason"] == "target held"

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import PreemptAt
 from suite.components.optimizers import ParamGroups
 from suite.registry import ALL, SuiteError
 from suite.spec import resolve
@@ -119,21 +120,6 @@ def test_nanda_setting_is_recorded_in_the_spec():
                              "layer_norm": False}
 
 
-class SignalAt:
-    def __init__(self, step):
-        self.step = step
-
-    def log(self, record, step):
-        if step == self.step:
-            import os
-            import signal
-
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-    def finish(self, result):
-        pass
-
-
 def test_interrupted_transformer_run_resumes_to_the_same_numbers(tmp_path):
     spec = resolve({"model": "transformer", "opt": "adamlr_adaptive", "sampler": "frequency"},
                    dict(TINY_RUN, **{"train.steps": 30, "checkpoint_every": 10, "batch_size": 16, "every": 4,
@@ -141,6 +127,6 @@ def test_interrupted_transformer_run_resumes_to_the_same_numbers(tmp_path):
     cpu = torch.device("cpu")
     train(spec, tmp_path / "whole", cpu)
     with pytest.raises(Preempted):
-        train(spec, tmp_path / "cut", cpu, tracker=SignalAt(16))
+        train(spec, tmp_path / "cut", cpu, tracker=PreemptAt(16))
     train(spec, tmp_path / "cut", cpu)
     assert (tmp_path / "cut/metrics.jsonl").read_text() == (tmp_path / "whole/metrics.jsonl").read_text()

@@ -1,7 +1,6 @@
 """W&B tracking, offline: the files a compute node writes for `wandb sync` hold the right run."""
 
 import json
-import os
 import struct
 import textwrap
 from pathlib import Path
