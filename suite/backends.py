@@ -211,7 +211,9 @@ def _outcome_line(n: int, total: int, outcome: str, cell: Cell, root, log: str) 
     line = f"[{n}/{total}] {outcome:<7} {rd.path} [{cell.label}]"
     if outcome == "done":
         result = json.loads((rd / "result.json").read_text())
-        line += f"  grok_step {result['grok_step']}  {result['wall_s']:.1f} s"
+        if "grok_step" in result:  # a training run; a probe's result has no milestones
+            line += f"  grok_step {result['grok_step']}"
+        line += f"  {result['wall_s']:.1f} s"
     elif outcome == "failed":
         line += f"  (see {log})"
     return line

@@ -200,3 +200,16 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_outcome_line_of_a_cell_without_milestones(tmp_path):
+    # A number probe's result.json has no grok_step: the local backend still reports the cell
+    # (it used to raise KeyError and abandon the rest of the grid).
+    from suite.backends import _outcome_line
+
+    cell = load(REPO / "suite/grids/probes.toml").cells[0]
+    run_dir = cell.run_dir(tmp_path)
+    run_dir.mkdir(parents=True)
+    (run_dir / "result.json").write_text(json.dumps({"wall_s": 31.25}))
+    line = _outcome_line(1, 2, "done", cell, tmp_path, "cell.log")
+    assert line.endswith("[model=minilm]  31.2 s")
