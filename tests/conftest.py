@@ -17,6 +17,19 @@ def run_cli(*args, cwd=None, env=None, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+# A grid's [fixed] table for modular cells that train in a second or two.
+TINY_FIXED = """
+[fixed]
+p = 11
+train_frac = 0.5
+test_frac = 0.3
+batch_size = 32
+d = 16
+hidden = 32
+"train.steps" = 40
+eval_every = 10
+"""
+
 class PreemptAt:
     """A tracker that sends this process SIGUSR1 at one evaluation, as Slurm does before a time limit."""
 

@@ -8,23 +8,12 @@ import textwrap
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, TINY_FIXED, run_cli
 from suite.cli import main
 from suite.grid import load
 from suite.rundir import RunDir
 from suite.spec import canonical, resolve, spec_id
 
-TINY_FIXED = """
-[fixed]
-p = 11
-train_frac = 0.5
-test_frac = 0.3
-batch_size = 32
-d = 16
-hidden = 32
-"train.steps" = 40
-eval_every = 10
-"""
 
 
 def write(tmp_path, text, name="g.toml"):

@@ -2,12 +2,11 @@
 
 import json
 import struct
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import TINY_FIXED, run_cli
 from suite.grid import load
 from suite.spec import canonical, spec_id
 from suite.tracking import default_mode, make_tracker, run_id
@@ -60,19 +59,7 @@ def offline_run(wandb_dir: Path, run: str) -> dict:
 
 def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_path):
     grid = tmp_path / "wb.toml"
-    grid.write_text(textwrap.dedent("""
-        name = "wbgrid"
-        [fixed]
-        opt = "adamlr"
-        p = 11
-        train_frac = 0.5
-        test_frac = 0.3
-        batch_size = 32
-        d = 16
-        hidden = 32
-        "train.steps" = 40
-        eval_every = 10
-    """))
+    grid.write_text('name = "wbgrid"\n' + TINY_FIXED + 'opt = "adamlr"\n')
     env = {"WANDB_DIR": str(tmp_path), "WANDB_MODE": "offline", "WANDB_PROJECT": "suite-test",
            "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
     proc = run_cli("grid", grid, "--root", tmp_path / "runs", env=env)  # --wandb defaults to WANDB_MODE
