@@ -1,9 +1,12 @@
 """Running many cells: the bookkeeping around train(), manifests, chunks and the local backend.
 
-A grid submission writes a manifest (the cells still to run, each with its spec and run dir)
-into ROOT/grids/<grid>/<stamp>/. `python -m suite chunk MANIFEST I` runs chunk I of it: cells
-I*k .. I*k+k-1, one after the other, skipping finished ones. The local backend starts one such
-process per cell, N at a time, each with one torch thread; a Slurm array task is one chunk
+Cells that differ only in their seed form a seed group, trained as one ensemble (at most
+`ensemble` members; suite/ensemble.py), which is the same computation as separate runs.
+A grid submission writes a manifest into ROOT/grids/<grid>/<stamp>/: the cells still to run
+(each with its spec and run dir) and the chunks, each a list of seed groups of about
+cells_per_task cells (a group is never split). `python -m suite chunk MANIFEST I` runs chunk
+I, group after group, skipping finished cells. The local backend starts one such process per
+chunk, N at a time, each with one torch thread; a Slurm array task is one chunk
 (suite/slurm.py). Results never go through the manifest: each cell writes its own run dir.
 """
 
@@ -25,38 +28,48 @@ from suite.rundir import RunDir, RunLocked, read_json, write_json
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
 
 
-def run_cell(spec: dict, run_dir: Path, device, tracker=None) -> dict:
-    """train() plus what every entry point needs: a crash leaves error.json (status 'failed'),
-    a finished run clears it, and the W&B run is closed whatever happens. A task with its own
-    runner (info["runner"], e.g. the number probes) runs that instead of the training loop."""
+def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | None = None) -> list[dict]:
+    """train() plus what every entry point needs: a crash leaves error.json (status 'failed')
+    in each unfinished run dir, a finished run clears it, and the W&B runs are closed whatever
+    happens. A task with its own runner (info["runner"], e.g. the number probes) runs that,
+    spec after spec, instead of the training loop."""
     from suite.registry import ALL
     from suite.train import Preempted, train
 
-    runner = ALL["task"].get(spec["task"]["name"]).info.get("runner")
-    rd = RunDir(run_dir)
-    if rd.is_locked():  # before W&B starts: a second process must not write into the owner's W&B run
-        raise RunLocked(f"another process is running this spec in {rd.path}")
-    if tracker is not None:
+    trackers = trackers or [None] * len(specs)
+    runner = ALL["task"].get(specs[0]["task"]["name"]).info.get("runner")
+    dirs = [RunDir(d) for d in run_dirs]
+    for rd in dirs:  # before W&B starts: a second process must not write into the owner's W&B run
+        if rd.is_locked():
+            raise RunLocked(f"another process is running this spec in {rd.path}")
+    live = [t for t in trackers if t is not None]
+    for tracker in live:
         tracker.start()  # outside train(), so W&B's start-up is not counted as training time
     try:
-        result = runner(spec, run_dir, device) if runner else train(spec, run_dir, device, tracker)
+        if runner:
+            results = [runner(spec, rd.path, device) for spec, rd in zip(specs, dirs)]
+        else:
+            results = train(specs, [rd.path for rd in dirs], device, trackers)
     except Preempted:
-        if tracker is not None:
+        for tracker in live:
             tracker.close(3)
         raise
     except SuiteError:  # bad input or another process on it: nothing to record here
-        if tracker is not None:
+        for tracker in live:
             tracker.close(1)
         raise
     except Exception as err:
-        rd.record_failure(err)
-        if tracker is not None:
+        for rd in dirs:
+            if not rd.finished:
+                rd.record_failure(err)
+        for tracker in live:
             tracker.close(1)
         raise
-    rd.clear_failure()
-    if tracker is not None:
+    for rd in dirs:
+        rd.clear_failure()
+    for tracker in live:
         tracker.close(0)  # no-op unless train() found the cell finished by another process
-    return result
+    return results
 
 
 def statuses(cells: list[Cell], root: str | Path) -> list[str]:
@@ -73,22 +86,42 @@ def new_submission_dir(root: str | Path, grid_name: str) -> Path:
     return path
 
 
+def seed_groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
+    """Indices of the cells that differ only in their seed, in grid order, at most `ensemble`
+    per group: each group trains as one ensemble."""
+    by_rest: dict[str, list[int]] = {}
+    for i, cell in enumerate(cells):
+        rest = json.dumps({k: v for k, v in cell.spec.items() if k != "seed"}, sort_keys=True)
+        by_rest.setdefault(rest, []).append(i)
+    return [group[j : j + ensemble] for group in by_rest.values() for j in range(0, len(group), ensemble)]
+
+
+def plan_chunks(cells: list[Cell], cells_per_task: int, ensemble: int) -> list[list[list[int]]]:
+    """Chunks (one per process or array task) of whole seed groups, each of at least
+    cells_per_task cells where the groups allow it."""
+    if ensemble < 1:
+        raise SuiteError(f"--ensemble must be at least 1, got {ensemble}")
+    chunks: list[list[list[int]]] = []
+    for group in seed_groups(cells, ensemble):
+        if not chunks or sum(map(len, chunks[-1])) >= cells_per_task:
+            chunks.append([])
+        chunks[-1].append(group)
+    return chunks
+
+
 def write_manifest(workdir: Path, grid: Grid, cells: list[Cell], root: str | Path, *, device: str,
-                   wandb: str, cells_per_task: int) -> Path:
+                   wandb: str, cells_per_task: int, ensemble: int) -> Path:
     root = Path(root).resolve()
+    chunks = plan_chunks(cells, cells_per_task, ensemble)
     manifest = {
         "grid": grid.name, "source": str(grid.path.resolve()), "root": str(root),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device, "wandb": wandb,
-        "cells_per_task": cells_per_task, "n_tasks": n_tasks(len(cells), cells_per_task),
+        "cells_per_task": cells_per_task, "ensemble": ensemble, "n_tasks": len(chunks), "chunks": chunks,
         "cells": [{"id": c.id, "experiment": c.experiment, "label": c.label,
                    "run_dir": str(c.run_dir(root)), "spec": c.spec} for c in cells],
     }
     write_json(workdir / "manifest.json", manifest)
     return workdir / "manifest.json"
-
-
-def n_tasks(n_cells: int, cells_per_task: int) -> int:
-    return -(-n_cells // cells_per_task)
 
 
 _stop_requested: list[str] = []
@@ -114,54 +147,63 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
         manifest = read_json(manifest_path)
     except (FileNotFoundError, ValueError) as err:
         raise SuiteError(f"cannot read manifest {manifest_path}: {err}") from None
-    k = manifest["cells_per_task"]
     if not 0 <= index < manifest["n_tasks"]:
         raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_tasks'] - 1}, not {index}")
     device = resolve_device(manifest["device"])
     failed = 0
-    for cell in manifest["cells"][index * k: (index + 1) * k]:
-        rd = RunDir(cell["run_dir"])
-        name = f"{cell['run_dir']} [{cell['label']}]"
-        if rd.finished:
-            print(f"already finished: {name}", file=sys.stderr)
+    for group in manifest["chunks"][index]:
+        cells = []
+        for cell in (manifest["cells"][i] for i in group):
+            if RunDir(cell["run_dir"]).finished:
+                print(f"already finished: {cell['run_dir']} [{cell['label']}]", file=sys.stderr)
+            else:
+                cells.append(cell)
+        if not cells:
             continue
         if _stop_requested:
-            print(f"stopped by {_stop_requested[0]} before {name}", file=sys.stderr)
+            print(f"stopped by {_stop_requested[0]} before {cells[0]['run_dir']}", file=sys.stderr)
             return 3
-        print(f"running {name}", file=sys.stderr, flush=True)
-        tracker = make_tracker(manifest["wandb"], cell["spec"], manifest["grid"], cell["experiment"])
+        names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in cells)
+        print(f"running {names}" if len(cells) == 1 else f"running {len(cells)} seeds as one ensemble:\n  {names}",
+              file=sys.stderr, flush=True)
+        trackers = [make_tracker(manifest["wandb"], c["spec"], manifest["grid"], c["experiment"]) for c in cells]
         try:
-            run_cell(cell["spec"], rd.path, device, tracker)
+            run_cells([c["spec"] for c in cells], [Path(c["run_dir"]) for c in cells], device, trackers)
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # the rest of the chunk runs when the task is requeued
         except RunLocked as err:
             print(f"skipped: {err}", file=sys.stderr)
         except SuiteError as err:  # bad input found only when building (e.g. a model that cannot read the task)
-            rd.record_failure(err)
-            failed += 1
-            print(f"failed: {name}: {err}", file=sys.stderr)
+            for cell in cells:
+                RunDir(cell["run_dir"]).record_failure(err)
+            failed += len(cells)
+            print(f"failed: {names}: {err}", file=sys.stderr)
         except Exception:
-            failed += 1
-            print(f"failed: {name}:\n{traceback.format_exc()}", file=sys.stderr)
+            failed += len(cells)
+            print(f"failed: {names}:\n{traceback.format_exc()}", file=sys.stderr)
         else:
-            print(f"finished {name}", file=sys.stderr, flush=True)
+            print(f"finished {names}", file=sys.stderr, flush=True)
     return 1 if failed else 0
 
 
 # --- local backend ----------------------------------------------------------------------------------
 
 
-def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, device: str, wandb: str) -> int:
-    """Run cells in separate processes, `workers` at a time. SIGINT/SIGTERM: every running cell
-    checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell failed, 3 if stopped."""
+def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, device: str, wandb: str,
+              ensemble: int) -> int:
+    """Run the chunks (seed groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
+    every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
+    failed, 3 if stopped."""
     if workers < 1:
         raise SuiteError(f"--workers must be at least 1, got {workers}")
     workdir = new_submission_dir(root, grid.name)
-    manifest = write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1)
+    manifest = write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1,
+                              ensemble=ensemble)
+    chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
     # One torch thread per process: N small runs share the cores instead of fighting over them.
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    pending, running, counts = list(range(len(cells))), {}, {"done": 0, "failed": 0, "stopped": 0, "skipped": 0}
+    pending, running, counts = list(range(len(chunks))), {}, {"done": 0, "failed": 0, "stopped": 0, "skipped": 0}
     stop = []
 
     def on_signal(signum, frame):
@@ -170,29 +212,31 @@ def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, 
             proc.send_signal(signal.SIGTERM)
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(f"{len(cells)} cells, {workers} at a time; logs in {workdir / 'logs'}", file=sys.stderr)
+    print(f"{len(cells)} cells in {len(chunks)} processes (cells differing only in seed train as one ensemble), "
+          f"{workers} at a time; logs in {workdir / 'logs'}", file=sys.stderr)
     try:
         while pending or running:
             while pending and len(running) < workers and not stop:
-                i = pending.pop(0)
-                log = open(workdir / "logs" / f"{i:04d}-{cells[i].id}.log", "w")
-                proc = subprocess.Popen([sys.executable, "-m", "suite", "chunk", str(manifest), str(i)],
+                k = pending.pop(0)
+                log = open(workdir / "logs" / f"{k:04d}-{cells[chunks[k][0]].id}.log", "w")
+                proc = subprocess.Popen([sys.executable, "-m", "suite", "chunk", str(manifest), str(k)],
                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-                running[proc] = (i, log)
+                running[proc] = (k, log)
             if stop and not running:
                 break
             time.sleep(0.1)
             for proc in [p for p in running if p.poll() is not None]:
-                i, log = running.pop(proc)
+                k, log = running.pop(proc)
                 log.close()
-                outcome = _outcome(proc.returncode, RunDir(cells[i].run_dir(root)))
-                counts[outcome] += 1
-                print(_outcome_line(sum(counts.values()), len(cells), outcome, cells[i], root, log.name),
-                      file=sys.stderr, flush=True)
+                for i in chunks[k]:
+                    outcome = _outcome(proc.returncode, RunDir(cells[i].run_dir(root)))
+                    counts[outcome] += 1
+                    print(_outcome_line(sum(counts.values()), len(cells), outcome, cells[i], root, log.name),
+                          file=sys.stderr, flush=True)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    left = len(pending)
+    left = sum(len(chunks[k]) for k in pending)
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "done")
           + (f", {left} not started" if left else ""), file=sys.stderr)
     return 3 if stop else (1 if counts["failed"] else 0)

@@ -55,10 +55,25 @@ def cmd_list(args) -> int:
     return 0
 
 
+def parse_seeds(text: str) -> list[int]:
+    """'0-31', '0,1,2' or '0-3,8' -> the seeds, in order, each once."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            first, sep, last = part.strip().partition("-")
+            span = range(int(first), int(last) + 1) if sep else [int(first)]
+            if not span:
+                raise ValueError
+            seeds += [s for s in span if s not in seeds]
+    except ValueError:
+        raise SuiteError(f"--seeds takes a list like 0-31 or 0,1,2 (non-negative, first <= last), got '{text}'") from None
+    return seeds
+
+
 def cmd_run(args) -> int:
     from suite.rundir import RunDir, read_json
     from suite.spec import canonical, default_run_dir, resolve
-    from suite.backends import run_cell
+    from suite.backends import run_cells
     from suite.tracking import make_tracker
     from suite.train import Preempted, resolve_device
 
@@ -70,27 +85,35 @@ def cmd_run(args) -> int:
         from suite.presets import apply
 
         choices, settings = apply(args.preset, choices, settings)
-    spec = resolve(choices, settings, args.seed)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
+    if args.out and len(seeds) > 1:
+        raise SuiteError("--out names one run dir; with several --seeds each seed gets its own under --root")
+    specs = [resolve(choices, settings, seed) for seed in seeds]
     device = resolve_device(args.device)
-    run_dir = Path(args.out) if args.out else default_run_dir(spec, args.root)
-    rd = RunDir(run_dir)
-    if (rd / "spec.json").exists() and read_json(rd / "spec.json") != canonical(spec):
-        raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
-    runner = ALL["task"].get(spec["task"]["name"]).info.get("runner")
-    if rd.finished:
-        print(f"already finished: {run_dir}", file=sys.stderr)
-    elif runner is not None:  # a task with its own runner (the number probes): no training loop
-        runner(spec, run_dir, device)
-    else:
+    run_dirs = [Path(args.out)] if args.out else [default_run_dir(spec, args.root) for spec in specs]
+    for spec, run_dir in zip(specs, run_dirs):
+        if (run_dir / "spec.json").exists() and read_json(run_dir / "spec.json") != canonical(spec):
+            raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
+    todo = [i for i, run_dir in enumerate(run_dirs) if not RunDir(run_dir).finished]
+    for i in sorted(set(range(len(specs))) - set(todo)):
+        print(f"already finished: {run_dirs[i]}", file=sys.stderr)
+    if todo:
         try:
-            result = run_cell(spec, run_dir, device, make_tracker(args.wandb, spec))
+            results = run_cells([specs[i] for i in todo], [run_dirs[i] for i in todo], device,
+                                [make_tracker(args.wandb, specs[i]) for i in todo])
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # not an error: the checkpoint is in place for the requeued job
-        print(f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}  "
-              f"delay {result['delay']}  final val_acc {result['final_val_acc']:.4f}  "
-              f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}", file=sys.stderr)
-    print(rd / "result.json")
+        for result in results:
+            if "grok_step" in result:  # a training run (a probe prints its own summary)
+                print(("" if len(seeds) == 1 else f"seed {result['spec']['seed']}: ")
+                      + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}  "
+                      f"delay {result['delay']}  final val_acc {result['final_val_acc']:.4f}  "
+                      f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}"
+                      + (f" (its share of an ensemble of {result['ensemble_size']})"
+                         if result.get("ensemble_size", 1) > 1 else ""), file=sys.stderr)
+    for run_dir in run_dirs:
+        print(RunDir(run_dir) / "result.json")
     return 0
 
 
@@ -118,13 +141,15 @@ def cmd_grid(args) -> int:
             for cell in todo:
                 print(f"{cell.run_dir(args.root)}  [{cell.label}]")
             return 0
-        return backends.run_local(g, todo, args.root, workers=args.workers, device=args.device, wandb=args.wandb)
+        return backends.run_local(g, todo, args.root, workers=args.workers, device=args.device, wandb=args.wandb,
+                                  ensemble=args.ensemble)
     out = submit(g, todo, args.root, options, sbatch=sbatch, device=args.device, wandb=args.wandb,
-                 template=Path(args.template) if args.template else TEMPLATE)
+                 ensemble=args.ensemble, template=Path(args.template) if args.template else TEMPLATE)
     if args.dry_run:
         print(out, end="")
     else:
-        print(f"{summary}; submitted array job {out} ({backends.n_tasks(len(todo), options.cells_per_task)} tasks); "
+        n_tasks = len(backends.plan_chunks(todo, options.cells_per_task, args.ensemble))
+        print(f"{summary}; submitted array job {out} ({n_tasks} tasks); "
               f"follow with: python -m suite status {args.grid_file}", file=sys.stderr)
         print(out)
     return 0
@@ -146,11 +171,24 @@ def cmd_chunk(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
-    from suite.leaderboard import generate
+    from suite.leaderboard import generate, terminal_summary
 
     written = generate(args.root, args.out, tau_max=args.tau_max)
     print(f"{len(written)} files written to {args.out}", file=sys.stderr)
+    print("\n".join(terminal_summary(Path(args.out), written)))
     print(Path(args.out) / "index.md")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from suite.bench import Options, format_report, run_bench, write_report
+    from suite.train import resolve_device
+
+    options = Options(steps=args.steps, ensembles=args.ensembles, skip=args.skip, quick=args.quick)
+    device = resolve_device(args.device)  # every flag is checked before anything runs
+    report = run_bench(device, options)
+    print(format_report(report))
+    print(write_report(report, args.out))
     return 0
 
 
@@ -171,7 +209,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampler", help="sampler name (default random)")
     p.add_argument("--filter", help="gradient filter name (default none)")
     p.add_argument("--preset", help="a named configuration (see `list preset`); flags and --set override it")
-    p.add_argument("--seed", type=int, default=0, help="run seed: initialisation, split and batches (default 0)")
+    seed = p.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=0, help="run seed: initialisation, split and batches (default 0)")
+    seed.add_argument("--seeds", metavar="LIST",
+                      help="several seeds, e.g. 0-31 or 0,1,2: trained as one ensemble (torch.func) when that is "
+                           "exact, each into its own run dir")
     p.add_argument("--steps", type=int, help="update budget (train.steps)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable)")
@@ -185,7 +227,10 @@ def make_parser() -> argparse.ArgumentParser:
                        description="Run every cell of a grid file that is not done or running.")
     p.add_argument("grid_file", help="a TOML grid file, e.g. suite/grids/paper.toml")
     p.add_argument("--backend", choices=("local", "slurm"), default="local")
-    p.add_argument("--workers", type=int, default=1, help="local: cells at once, one process each (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="local: processes at once, one seed group each (default 1)")
+    p.add_argument("--ensemble", type=int, default=32, metavar="K",
+                   help="at most K cells that differ only in their seed train as one ensemble (default 32; "
+                        "1: every cell on its own)")
     p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     p.add_argument("--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script")
@@ -211,12 +256,24 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("leaderboard", help="tables (Markdown, CSV), performance profile and plots from result files",
-                       description="Read every result.json under ROOT and write leaderboards to --out. The last "
-                                   "stdout line is the path of the index.")
+                       description="Read every result.json under ROOT and write leaderboards to --out; print "
+                                   "their tables and the paths of their accuracy plots. The last stdout line "
+                                   "is the path of the index.")
     p.add_argument("root", nargs="?", default="runs", help="directory searched recursively for result.json (default runs/)")
     p.add_argument("--out", default="leaderboards", help="where tables and plots go (default leaderboards/)")
     p.add_argument("--tau-max", type=float, help="performance profile over tau in [1, TAU_MAX] (default 4, AlgoPerf's)")
     p.set_defaults(func=cmd_leaderboard)
+
+    p = sub.add_parser("bench", help="measure step times, FLOP/s against the matmul limit, ensemble runs/hour, probe and compile",
+                       description="Measure the suite on this machine: a table on stdout, progress on stderr. The last "
+                                   "stdout line is the path of the JSON report.")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    p.add_argument("--out", help="JSON report (default runs/bench/bench-<commit>-<UTC stamp>.json)")
+    p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 1000; quick 20)")
+    p.add_argument("--ensembles", help="ensemble sizes K, comma-separated (default 1,8,32; quick 1,2)")
+    p.add_argument("--skip", default="", help="sections to skip, comma-separated: matmul,steps,ensembles,probe,compile")
+    p.add_argument("--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("chunk", help="(used by the backends) run chunk I of a grid manifest")
     p.add_argument("manifest")

@@ -35,14 +35,18 @@ LossName = Literal[tuple(LOSSES)]  # the train.loss setting's choices
 
 
 @torch.no_grad()
-def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[float, torch.Tensor]:
-    """Mean loss and the per-example correctness over a whole split, in chunks."""
+def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[list[float], torch.Tensor]:
+    """Per member: the mean loss, and the correctness of every example, over a whole split.
+
+    x is [K, n, ...] (member axis first), y [K, n]; the model maps x to logits [K, n, classes].
+    Chunks of batch_size examples per member keep memory bounded.
+    """
     total, correct = 0.0, []
-    for i in range(0, len(x), batch_size):
-        logits = model(x[i : i + batch_size])
-        total += loss_fn(logits, y[i : i + batch_size], reduction="sum").item()
-        correct.append(logits.argmax(-1) == y[i : i + batch_size])
-    return total / len(x), torch.cat(correct)
+    for i in range(0, x.shape[1], batch_size):
+        logits, target = model(x[:, i : i + batch_size]), y[:, i : i + batch_size]
+        total = total + loss_fn(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape).sum(1)
+        correct.append(logits.argmax(-1) == target)
+    return (total / x.shape[1]).tolist(), torch.cat(correct, dim=1)
 
 
 def sigma_max(w: torch.Tensor) -> float:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from suite.backends import n_tasks, new_submission_dir, write_manifest
+from suite.backends import new_submission_dir, plan_chunks, write_manifest
 from suite.grid import Cell, Grid
 from suite.registry import SuiteError
 
@@ -88,7 +88,8 @@ def _sbatch_option(line: str) -> str:
     return option
 
 
-def render(grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE) -> str:
+def render(grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE,
+           ensemble: int = 1) -> str:
     try:
         text = Path(template).read_text()
     except FileNotFoundError:
@@ -97,7 +98,7 @@ def render(grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, 
     values = {
         "grid_file": str(grid.path),
         "cells_per_task": str(options.cells_per_task),
-        "sbatch_lines": "\n".join(options.sbatch_lines(n_tasks(len(cells), options.cells_per_task),
+        "sbatch_lines": "\n".join(options.sbatch_lines(len(plan_chunks(cells, options.cells_per_task, ensemble)),
                                                        workdir / "logs", f"suite-{grid.name}")),
         "signal_seconds": str(options.signal_seconds),
         "setup": "\n".join(options.setup),
@@ -114,11 +115,12 @@ def render(grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, 
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", fill, text)
 
 
-def fit_array(options: SlurmOptions, n_cells: int) -> None:
+def fit_array(options: SlurmOptions, cells: list[Cell], ensemble: int) -> None:
     """More cells per task when the array would pass Slurm's default MaxArraySize."""
-    if n_tasks(n_cells, options.cells_per_task) > MAX_ARRAY_TASKS:
-        options.cells_per_task = -(-n_cells // MAX_ARRAY_TASKS)
-        print(f"note: {n_cells} cells: {options.cells_per_task} cells per array task to stay within "
+    n = len(plan_chunks(cells, options.cells_per_task, ensemble))
+    if n > MAX_ARRAY_TASKS:
+        options.cells_per_task = -(-len(cells) // MAX_ARRAY_TASKS)
+        print(f"note: {len(cells)} cells: {options.cells_per_task} cells per array task to stay within "
               f"{MAX_ARRAY_TASKS} tasks", file=sys.stderr)
 
 
@@ -131,17 +133,18 @@ def find_sbatch() -> str:
 
 
 def submit(grid: Grid, cells: list[Cell], root: str | Path, options: SlurmOptions, *, sbatch: str | None,
-           device: str, wandb: str, template: Path = TEMPLATE) -> str:
+           device: str, wandb: str, ensemble: int, template: Path = TEMPLATE) -> str:
     """Write the manifest and script and submit them with `sbatch`; returns the job id.
     sbatch None (a dry run): return the script, write nothing."""
-    fit_array(options, len(cells))
+    fit_array(options, cells, ensemble)
     if sbatch is None:
         placeholder = Path(root).resolve() / "grids" / grid.name / "<submission>"
-        return render(grid, options, cells, placeholder, template)
+        return render(grid, options, cells, placeholder, template, ensemble)
     workdir = new_submission_dir(root, grid.name)
     try:
-        script = render(grid, options, cells, workdir, template)
-        write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=options.cells_per_task)
+        script = render(grid, options, cells, workdir, template, ensemble)
+        write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=options.cells_per_task,
+                       ensemble=ensemble)
         (workdir / "job.sbatch").write_text(script)
         proc = subprocess.run([sbatch, "--parsable", str(workdir / "job.sbatch")], capture_output=True,
                               text=True, timeout=120)

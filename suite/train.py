@@ -5,6 +5,12 @@ split (unless the task is given its own data_seed) and the generator that draws 
 A checkpoint holds everything that changes during training (model, optimizer, filter,
 generator, step), so a run that is killed and resumed writes the same numbers as one that
 never stopped.
+
+Several specs that differ only in their seed train together as one ensemble (K members,
+parameters stacked, forward vmapped: suite/ensemble.py) when that is exact, and one after
+the other otherwise. Every member keeps its own data, batches, run dir, milestones and
+early stop; a single run is the ensemble of one. Tensors in the loop carry the member axis
+first: x_train is [K, n, ...], logits [K, batch, classes].
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from typing import Optional
 import torch
 
 import suite
+from suite import ensemble
 from suite.components.optimizers import ParamGroups
+from suite.ensemble import Ensemble
 from suite.hessian import hessian_measures
 from suite.measures import LOSSES, LossName, Milestones, evaluate, progress_measures
 from suite.registry import ALL, SuiteError
@@ -39,7 +47,7 @@ class TrainConfig:
     patience: Optional[int] = 500  # stop once val acc has held the target this many steps; None = never
     warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
     loss: LossName = "ce"  # ce (softmax cross-entropy) or stablemax
-    eval_batch: int = 8192
+    eval_batch: int = 8192  # examples per evaluation chunk, over all members together
     checkpoint_every: int = 2_000
     hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
 
@@ -49,13 +57,29 @@ class Preempted(Exception):
 
 
 @dataclass
-class Built:
+class Member:
+    """One seed of a cell: its own data, batches, run dir and record. The model, optimizer and
+    filter are shared by all members (stacked, see suite/ensemble.py)."""
+    spec: dict
     data: object
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
     sampler: object
-    grad_filter: object
     generator: torch.Generator
+    tracker: object = None
+    run_dir: RunDir | None = None
+    milestones: Milestones | None = None
+    metrics_file: object = None
+    record: dict | None = None  # the last evaluation
+    wall_before: float = 0.0  # this member's share of the wall time before a resume
+    result: dict | None = None  # set once it stops (target held, or the budget)
+
+
+@dataclass
+class Built:
+    members: list[Member]
+    model: Ensemble | None  # None when the members cannot train as one: sequential_reason says why
+    optimizer: torch.optim.Optimizer | None
+    grad_filter: object
+    sequential_reason: str | None = None
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -93,21 +117,30 @@ def task_data(spec: dict):
     return data, model_entry
 
 
-def build(spec: dict, device: torch.device) -> Built:
-    """Everything a run needs, from its spec. Raises SuiteError on bad input, before any file is written."""
-    check_train_config(TrainConfig(**spec["train"]))
-    data, model_entry = task_data(spec)
-    data = data.to(device)
-    torch.manual_seed(spec["seed"])  # the model's initialisation
-    model = model_entry.build(data, **component_settings(spec, "model")).to(device)
+def build(specs: list[dict], device: torch.device) -> Built:
+    """Everything a run needs, from its specs (one per seed). Raises SuiteError on bad input,
+    before any file is written."""
+    members, models = [], []
+    for spec in specs:
+        check_train_config(TrainConfig(**spec["train"]))
+        data, model_entry = task_data(spec)
+        data = data.to(device)
+        torch.manual_seed(spec["seed"])  # the model's initialisation
+        models.append(model_entry.build(data, **component_settings(spec, "model")).to(device))
+        generator = torch.Generator(device=device).manual_seed(spec["seed"])
+        sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
+        members.append(Member(spec, data, sampler, generator))
+    reason = ensemble.blocker(specs, models, [m.data for m in members])
+    if reason and len(specs) > 1:
+        return Built(members, None, None, None, reason)
+    model = Ensemble(models, stacked=reason is None)
     groups = ParamGroups.of(model)
+    spec = specs[0]
     optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]  # warmup scales from here
-    generator = torch.Generator(device=device).manual_seed(spec["seed"])
-    sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
     grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
-    return Built(data, model, optimizer, sampler, grad_filter, generator)
+    return Built(members, model, optimizer, grad_filter)
 
 
 def git_commit() -> str | None:
@@ -168,125 +201,186 @@ class Progress:
             self.bar.close()
 
 
-def train(spec: dict, run_dir: Path, device: torch.device, tracker=None) -> dict:
-    """Train one spec into run_dir and return its result (also written to run_dir/result.json)."""
-    cfg = TrainConfig(**spec["train"])
+def train(specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None) -> list[dict]:
+    """Train specs into their run dirs and return their results (each also written to its
+    run_dir/result.json). One spec is one run; specs that differ only in the seed are one
+    ensemble, or run one after the other when that would not be exact."""
+    trackers = trackers or [None] * len(specs)
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
     torch.set_flush_denormal(True)
-    b = build(spec, device)  # fails on bad input before anything is written
-    rd = RunDir(run_dir)
-    rd.lock()
-    if rd.finished:  # another process finished this spec while this one was building it
-        rd.unlock()
-        return read_json(rd / "result.json")
-    write_json(rd / "spec.json", spec)
+    b = build(specs, device)  # fails on bad input before anything is written
+    if b.sequential_reason:
+        print(f"{len(specs)} seeds run one after the other: {b.sequential_reason}", file=sys.stderr)
+        return [train([s], [d], device, [t])[0] for s, d, t in zip(specs, run_dirs, trackers)]
+    members, model, opt, K = b.members, b.model, b.optimizer, len(specs)
+    cfg = TrainConfig(**specs[0]["train"])
     loss_fn = LOSSES[cfg.loss]
-    data, model, opt = b.data, b.model, b.optimizer
 
-    # Resume: restore the state after `step` updates and replay the metrics logged before it.
-    start, wall_before = 0, 0.0
-    state = rd.load_checkpoint(device)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+    # Claim the run dirs and find where each member stands.
+    states = []
+    for m, run_dir, tracker in zip(members, run_dirs, trackers):
+        m.run_dir, m.tracker = RunDir(run_dir), tracker
+        m.run_dir.lock()
+        states.append(None if m.run_dir.finished else m.run_dir.load_checkpoint(device))
+    finished = [m.run_dir.finished for m in members]
+    steps = {int(s["step"]) if s else 0 for s in states}
+    if any(finished) or len(steps) > 1:  # finished by another process meanwhile, or resumed apart
+        for m in members:
+            m.run_dir.unlock()
+        if K == 1:
+            return [read_json(members[0].run_dir / "result.json")]
+        print(f"{K} seeds run one after the other: they are at different steps", file=sys.stderr)
+        return [train([s], [d], device, [t])[0] for s, d, t in zip(specs, run_dirs, trackers)]
+
+    # Resume: restore the state after `start` updates and replay the metrics logged before it.
+    start = steps.pop()
+    if start:
+        model.load_member_state_dicts([s["model"] for s in states])
+        opt.load_state_dict(model.join([s["optimizer"] for s in states]))
         if b.grad_filter is not None:
-            b.grad_filter.load_state_dict(state["filter"])
-        if hasattr(b.sampler, "load_state_dict"):  # samplers that keep a position (epoch)
-            b.sampler.load_state_dict(state["sampler"])
-        b.generator.set_state(state["generator"].cpu())
-        set_rng_states(state, device)  # torch's global RNG, for anything that draws from it (dropout)
-        start, wall_before = int(state["step"]), float(state["wall_s"])
-        print(f"resuming {run_dir} from step {start}", file=sys.stderr)
-    history = [r for r in rd.read_metrics() if r["step"] < start]
-    milestones = Milestones(cfg.memorization, cfg.target)
-    for record in history:
-        milestones.update(record)
-    metrics_file = rd.restart_metrics(history)
+            b.grad_filter.load_state_dict(model.join([s["filter"] for s in states]))
+        set_rng_states(states[0], device)  # torch's global RNG, for anything that draws from it
+    for m, state in zip(members, states):
+        write_json(m.run_dir / "spec.json", m.spec)
+        if state is not None:
+            if hasattr(m.sampler, "load_state_dict"):  # samplers that keep a position (epoch)
+                m.sampler.load_state_dict(state["sampler"])
+            m.generator.set_state(state["generator"].cpu())
+            m.wall_before = float(state["wall_s"])
+            print(f"resuming {m.run_dir.path} from step {start}", file=sys.stderr)
+        history = [r for r in m.run_dir.read_metrics() if r["step"] < start]
+        m.milestones = Milestones(cfg.memorization, cfg.target)
+        for record in history:
+            m.milestones.update(record)
+        m.metrics_file = m.run_dir.restart_metrics(history)
 
-    progress = Progress(cfg.steps, start, spec_id(spec)[:8])
-    t0, step, stop_reason, record = time.monotonic(), start, "budget", None
+    stacked = {k: torch.stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val")}
+    rows = torch.arange(K, device=device)[:, None]  # member i's batch comes from member i's data
+    eval_chunk = max(1, cfg.eval_batch // K)
+    progress = Progress(cfg.steps, start, spec_id(specs[0])[:8] + (f" x{K}" if K > 1 else ""))
+    t0, step = time.monotonic(), start
     with _StopFlag() as stop:
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
-                rd.save_checkpoint({
-                    "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "filter": b.grad_filter.state_dict() if b.grad_filter is not None else {},
-                    "sampler": b.sampler.state_dict() if hasattr(b.sampler, "state_dict") else {},
-                    "generator": b.generator.get_state(), **rng_states(device), "step": step,
-                    "wall_s": wall_before + time.monotonic() - t0,
-                })
+                _save_checkpoints(b, step, device, (time.monotonic() - t0) / K)
                 if stop.raised:
                     progress.close()
-                    metrics_file.close()
-                    rd.unlock()
-                    raise Preempted(f"{stop.raised} at step {step}: checkpointed in {run_dir}")
+                    for m in members:
+                        if m.result is None:
+                            m.metrics_file.close()
+                            m.run_dir.unlock()
+                    raise Preempted(f"{stop.raised} at step {step}: checkpointed in "
+                                    + ", ".join(str(m.run_dir.path) for m in members if m.result is None))
 
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 model.eval()
-                train_loss, train_correct = evaluate(model, data.x_train, data.y_train, loss_fn, cfg.eval_batch)
-                val_loss, val_correct = evaluate(model, data.x_val, data.y_val, loss_fn, cfg.eval_batch)
+                train_loss, train_correct = evaluate(model, stacked["x_train"], stacked["y_train"], loss_fn, eval_chunk)
+                val_loss, val_correct = evaluate(model, stacked["x_val"], stacked["y_val"], loss_fn, eval_chunk)
                 model.train()
-                record = {"step": step, "train_loss": train_loss, "train_acc": train_correct.float().mean().item(),
-                          "val_loss": val_loss, "val_acc": val_correct.float().mean().item()}
-                for name, mask in data.val_groups.items():
-                    record[f"val_acc_{name}"] = val_correct[mask].float().mean().item()
-                record |= progress_measures(model, data)
-                if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:
-                    record |= hessian_measures(model, data.x_train, data.y_train, loss_fn, cfg.eval_batch)
-                before = (milestones.memorization_step, milestones.grok_step)
-                milestones.update(record)
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-                if tracker is not None:
-                    tracker.log(record, step)
-                note = ("memorized" if before[0] is None and milestones.memorization_step is not None else "") + \
-                       (" grokked" if before[1] is None and milestones.grok_step is not None else "")
-                progress.update(step, record, note.strip())
-                if cfg.patience is not None and milestones.held_since is not None \
-                        and step - milestones.held_since >= cfg.patience:
-                    stop_reason = "target held"
+                notes = []
+                for i, m in enumerate(members):
+                    if m.result is not None:  # stopped early; its slot still trains, unrecorded
+                        continue
+                    record = {"step": step, "train_loss": train_loss[i], "train_acc": train_correct[i].float().mean().item(),
+                              "val_loss": val_loss[i], "val_acc": val_correct[i].float().mean().item()}
+                    for name, mask in m.data.val_groups.items():
+                        record[f"val_acc_{name}"] = val_correct[i][mask].float().mean().item()
+                    record |= progress_measures(model.member(i), m.data)
+                    if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:  # K == 1 (blocker)
+                        record |= hessian_measures(model.member(i), m.data.x_train, m.data.y_train, loss_fn, cfg.eval_batch)
+                    notes += _log(m, record, f"seed {m.spec['seed']} " if K > 1 else "")
+                    if cfg.patience is not None and m.milestones.held_since is not None \
+                            and step - m.milestones.held_since >= cfg.patience:
+                        _finish(m, step, "target held", m.wall_before + (time.monotonic() - t0) / K, device, K)
+                progress.update(step, _summary([m.record for m in members]), " ".join(notes))
+                if all(m.result is not None for m in members):
                     break
             if step == cfg.steps:
                 break
 
-            batch = b.sampler.next()
+            batch = torch.stack([m.sampler.next() for m in members])  # [K, batch]
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * (min(step / cfg.warmup_steps, 1.0) if cfg.warmup_steps else 1.0)
-            loss = loss_fn(model(data.x_train[batch]), data.y_train[batch])
+            y = stacked["y_train"][rows, batch]
+            logits = model(stacked["x_train"][rows, batch])
+            # The sum of the members' mean losses: each member's gradient is its own run's.
+            loss = loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if b.grad_filter is not None:
                 b.grad_filter.apply()
             opt.step()
     progress.close()
-    metrics_file.close()
+    for m in members:
+        if m.result is None:
+            _finish(m, step, "budget", m.wall_before + (time.monotonic() - t0) / K, device, K)
+    return [m.result for m in members]
 
-    wall = wall_before + time.monotonic() - t0
-    result = {
-        "spec": spec,
-        "run_id": spec_id(spec),
-        "memorization_step": milestones.memorization_step,
-        "grok_step": milestones.grok_step,
-        "delay": milestones.delay,
+
+def _log(m: Member, record: dict, who: str) -> list[str]:
+    """Record one evaluation of one member; the milestones it just reached, for the progress line."""
+    before = (m.milestones.memorization_step, m.milestones.grok_step)
+    m.milestones.update(record)
+    m.record = record
+    m.metrics_file.write(json.dumps(record) + "\n")
+    m.metrics_file.flush()
+    if m.tracker is not None:
+        m.tracker.log(record, record["step"])
+    return [who + what for what, was, now in (("memorized", before[0], m.milestones.memorization_step),
+                                              ("grokked", before[1], m.milestones.grok_step)) if was is None and now is not None]
+
+
+def _summary(records: list[dict]) -> dict:
+    """What the progress line shows: one member's record, or the members' means."""
+    if len(records) == 1:
+        return records[0]
+    return {k: sum(r[k] for r in records) / len(records) for k in ("train_acc", "val_acc", "val_loss")}
+
+
+def _save_checkpoints(b: Built, step: int, device, wall_share: float) -> None:
+    """One checkpoint per running member, each in the format of a separate run."""
+    K = len(b.members)
+    models = b.model.member_state_dicts()
+    optimizers = b.model.split(b.optimizer.state_dict())
+    filters = b.model.split(b.grad_filter.state_dict()) if b.grad_filter is not None else [{}] * K
+    for i, m in enumerate(b.members):
+        if m.result is None:
+            m.run_dir.save_checkpoint({
+                "model": models[i], "optimizer": optimizers[i], "filter": filters[i],
+                "sampler": m.sampler.state_dict() if hasattr(m.sampler, "state_dict") else {},
+                "generator": m.generator.get_state(), **rng_states(device), "step": step,
+                "wall_s": m.wall_before + wall_share,
+            })
+
+
+def _finish(m: Member, step: int, stop_reason: str, wall: float, device, ensemble_size: int) -> None:
+    m.metrics_file.close()
+    record = m.record
+    m.result = {
+        "spec": m.spec,
+        "run_id": spec_id(m.spec),
+        "memorization_step": m.milestones.memorization_step,
+        "grok_step": m.milestones.grok_step,
+        "delay": m.milestones.delay,
         "final_train_acc": record["train_acc"],
         "final_val_acc": record["val_acc"],
         "final_train_loss": record["train_loss"],
         "final_val_loss": record["val_loss"],
         "steps": step,
         "stop_reason": stop_reason,
-        "wall_s": wall,
+        "wall_s": wall,  # in an ensemble of K, 1/K of its wall time up to this member's stop
         "steps_per_s": step / wall if wall > 0 else None,
+        "ensemble_size": ensemble_size,
         "device": str(device),
-        "task_info": data.info,
+        "task_info": m.data.info,
         "suite_version": suite.__version__,
         "git_commit": git_commit(),
         "torch_version": torch.__version__,
         "python": platform.python_version(),
     }
-    write_json(rd / "result.json", result)
-    if tracker is not None:
-        tracker.finish(result)
-    rd.drop_checkpoints()
-    rd.unlock()
-    return result
+    write_json(m.run_dir / "result.json", m.result)
+    if m.tracker is not None:
+        m.tracker.finish(m.result)
+    m.run_dir.drop_checkpoints()
+    m.run_dir.unlock()

@@ -44,6 +44,26 @@ class PreemptAt:
         pass
 
 
+def build_one(spec):
+    """The plain pieces of a single run of spec (the model unstacked), built as suite.train.build does."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from suite.components.optimizers import ParamGroups
+    from suite.registry import ALL
+    from suite.spec import component_settings
+    from suite.train import task_data
+
+    data, model_entry = task_data(spec)
+    torch.manual_seed(spec["seed"])
+    model = model_entry.build(data, **component_settings(spec, "model"))
+    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(ParamGroups.of(model), **component_settings(spec, "opt"))
+    sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, torch.Generator().manual_seed(spec["seed"]),
+                                                                **component_settings(spec, "sampler"))
+    return SimpleNamespace(model=model, optimizer=optimizer, data=data, sampler=sampler)
+
+
 @pytest.fixture
 def tiny():
     """Settings for a modular run that takes a second or two."""

@@ -8,7 +8,7 @@ from suite import SuiteError
 from suite.components.optimizers import ParamGroups
 from suite.registry import ALL
 from suite.spec import resolve
-from suite.train import build
+from conftest import build_one
 from tasks.modular import modular
 
 CPU = torch.device("cpu")
@@ -16,7 +16,7 @@ CPU = torch.device("cpu")
 
 def built(**settings):
     choices = {k: settings.pop(k) for k in ("opt", "sampler", "model") if k in settings}
-    return build(resolve(choices, settings), CPU)
+    return build_one(resolve(choices, settings))
 
 
 def test_mlp_shapes_and_named_weights():

@@ -101,10 +101,10 @@ def _metrics(run_dir):
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
     spec = resolve(choices, {"p": 11, "train.steps": 60, "train.eval_every": 10, "patience": None,
                              "model.d": 8, "model.hidden": 16, **settings})
-    whole = train(spec, tmp_path / "whole", torch.device("cpu"))
+    whole = train([spec], [tmp_path / "whole"], torch.device("cpu"))[0]
     with pytest.raises(Preempted):  # stops (with a checkpoint) right after the update of step 30
-        train(spec, tmp_path / "cut", torch.device("cpu"), tracker=PreemptAt(30))
-    resumed = train(spec, tmp_path / "cut", torch.device("cpu"))
+        train([spec], [tmp_path / "cut"], torch.device("cpu"), [PreemptAt(30)])
+    resumed = train([spec], [tmp_path / "cut"], torch.device("cpu"))[0]
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
     for key in ("final_train_loss", "final_val_loss", "memorization_step", "grok_step"):
         assert resumed[key] == whole[key]

@@ -11,7 +11,7 @@ import torch
 from suite.presets import apply
 from suite.registry import ALL, SuiteError
 from suite.spec import resolve
-from suite.train import build
+from conftest import build_one
 
 
 def _spec(choices=None, settings=None):
@@ -50,7 +50,7 @@ def test_unknown_preset_is_a_one_line_error():
 
 
 def test_their_data_split_and_epochs():
-    b = build(_spec(), torch.device("cpu"))
+    b = build_one(_spec())
     data = b.data
     assert (len(data.y_train), len(data.y_val)) == (4656, 4656)  # y in 1..96: 9,312 pairs, half each
     xs = torch.cat([data.x_train, data.x_val])
@@ -64,7 +64,7 @@ def test_their_data_split_and_epochs():
 
 
 def test_their_model_scores_the_whole_vocabulary():
-    b = build(_spec(), torch.device("cpu"))
+    b = build_one(_spec())
     model = b.model
     assert model(b.data.x_train[:5]).shape == (5, 99)
     assert model.head.bias is None

@@ -155,8 +155,8 @@ TINY = {"resolution": RES, "train_frac": 0.004, "n_val": 24, "train.steps": 4, "
                                           ("adam", "full"), ("adam", "epoch")])
 def test_image_models_train_with_every_plain_optimizer_and_sampler(cache, tmp_path, model, opt, sampler):
     settings = dict(TINY, **({} if sampler == "full" else {"batch_size": 16}))
-    result = train(resolve({"task": "polygons", "model": model, "opt": opt, "sampler": sampler}, settings),
-                   tmp_path, torch.device("cpu"))
+    (result,) = train([resolve({"task": "polygons", "model": model, "opt": opt, "sampler": sampler}, settings)],
+                      [tmp_path], torch.device("cpu"))
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert result["steps"] == 4 and [r["step"] for r in records] == [0, 2, 4]
     assert all(math.isfinite(r["train_loss"]) for r in records)
@@ -173,12 +173,12 @@ def test_what_does_not_apply_to_images_is_refused(cache, choices, message):
     spec = resolve({"task": "polygons", "model": "resnet18", **choices},
                    {"resolution": RES} if choices.get("task") != "modular" else {})
     with pytest.raises(SuiteError, match=message):
-        build(spec, torch.device("cpu"))
+        build([spec], torch.device("cpu"))
 
 
 def test_transformer_refuses_images(cache):
     with pytest.raises(SuiteError, match=r"'transformer' takes tokens.*'polygons' gives image"):
-        build(resolve({"task": "polygons", "model": "transformer"}, {"resolution": RES}), torch.device("cpu"))
+        build([resolve({"task": "polygons", "model": "transformer"}, {"resolution": RES})], torch.device("cpu"))
 
 
 def _images(size):

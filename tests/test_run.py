@@ -62,11 +62,11 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
                    {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.steps": 80,
                     "eval_every": 10, "checkpoint_every": 30, "d": 16, "hidden": 32, **extra})
     cpu = torch.device("cpu")
-    whole = train(spec, tmp_path / "whole", cpu)
+    whole = train([spec], [tmp_path / "whole"], cpu)[0]
     with pytest.raises(Preempted):
-        train(spec, tmp_path / "cut", cpu, tracker=PreemptAt(40))
+        train([spec], [tmp_path / "cut"], cpu, [PreemptAt(40)])
     assert (tmp_path / "cut/checkpoint.pt").exists() and not (tmp_path / "cut/result.json").exists()
-    resumed = train(spec, tmp_path / "cut", cpu)
+    resumed = train([spec], [tmp_path / "cut"], cpu)[0]
     assert (tmp_path / "cut/metrics.jsonl").read_text() == (tmp_path / "whole/metrics.jsonl").read_text()
     timing = {"wall_s", "steps_per_s"}
     assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
@@ -108,7 +108,7 @@ def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
             super().__init__()
 
     with pytest.raises(SuiteError, match="model '_image_only' takes image inputs, but task 'modular' gives tokens"):
-        build(resolve({"model": "_image_only"}), torch.device("cpu"))
+        build([resolve({"model": "_image_only"})], torch.device("cpu"))
 
 
 def test_list_shows_every_component_with_parameters():

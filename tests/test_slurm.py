@@ -13,6 +13,7 @@ import subprocess
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
     script = capsys.readouterr().out
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == [
-        "--job-name=suite-tiny", "--array=0-1%3",  # 4 cells, 3 per task
+        "--job-name=suite-tiny", "--array=0-0%3",  # 4 cells in 2 seed groups of 2: one task of >= 3 cells
         f"--output={root.resolve()}/grids/tiny/<submission>/logs/%A_%a.out", "--open-mode=append",
         "--requeue", "--signal=B:USR1@120", "--partition=gpu", "--time=2:00:00", "--gpus=a100:1",
         "--cpus-per-task=4", "--mem=16G", "--account=grok", "--constraint=a100", "--qos=low"]
@@ -61,7 +62,7 @@ def test_grid_file_slurm_table_gives_defaults_and_flags_win(tmp_path, capsys):
     assert main(["grid", str(grid), "--backend", "slurm", "--dry-run", "--partition", "gpu"]) == 0
     script = capsys.readouterr().out
     lines = sbatch_lines(script)
-    assert "--partition=gpu" in lines and "--time=30:00" in lines and "--array=0-3%2" in lines
+    assert "--partition=gpu" in lines and "--time=30:00" in lines and "--array=0-1%2" in lines  # 2 seed groups
     assert "--signal=B:USR1@300" in lines and lines[-1] == "--exclusive"
     assert "\nmodule load cuda/12\n" in script
 
@@ -108,12 +109,14 @@ def test_a_rejected_submission_leaves_nothing_behind(tmp_path, capsys, monkeypat
 def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path, capsys, monkeypatch):
     fake_sbatch(tmp_path, 'cp "$2" "$(dirname "$2")/submitted.sbatch"\necho "4242;cluster"\n', monkeypatch)
     root = tmp_path / "runs"
-    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2"]) == 0
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2",
+                 "--ensemble", "1"]) == 0
     assert capsys.readouterr().out.strip() == "4242"
     (workdir,) = (root / "grids/tiny").iterdir()
     manifest = json.loads((workdir / "manifest.json").read_text())
     assert [c["id"] for c in manifest["cells"]] == [c.id for c in load(TINY).cells]
     assert manifest["cells_per_task"] == 2 and manifest["n_tasks"] == 2
+    assert manifest["chunks"] == [[[0], [1]], [[2], [3]]]  # --ensemble 1: every cell its own group
     assert (workdir / "submitted.sbatch").read_text() == (workdir / "job.sbatch").read_text()
     assert f"--output={workdir}/logs/%A_%a.out" in (workdir / "job.sbatch").read_text()
     assert (workdir / "job_id").read_text().strip() == "4242"
@@ -121,7 +124,8 @@ def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path,
 
 def test_big_grids_get_more_cells_per_task():
     options = SlurmOptions()
-    fit_array(options, 2500)
+    cells = [SimpleNamespace(spec={"seed": 0, "cell": i}) for i in range(2500)]  # no two differ only in seed
+    fit_array(options, cells, ensemble=32)
     assert options.cells_per_task == 3
 
 
@@ -170,7 +174,7 @@ eval_every = 50
 checkpoint_every = 100
 patience = "none"
 [axes]
-"train.steps" = [4000, 1000]   # tasks 0 and 1 (run first, side by side) are the long ones
+"train.steps" = [4000, 1000]   # task 0: both seeds of 4000 steps as one ensemble; task 1: of 1000
 seed = [0, 1]
 """
 
@@ -188,11 +192,11 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     (workdir,) = (root / "grids/slurmtest").iterdir()
     dirs = [RunDir(c.run_dir(root)) for c in cells]
     try:
-        # Tasks 0 and 1 run side by side. Once both are past a checkpoint: USR1 to task 1's batch
+        # Tasks 0 and 1 (two ensembles of 2 seeds) run side by side. Once both are past a checkpoint: USR1 to task 1's batch
         # shell (what --signal=B:USR1 does before the time limit: the script forwards it, the run
         # checkpoints and the script requeues itself), then `scontrol requeue` task 0 (what an
         # admin or a preemption does: SIGTERM to every process, then the job goes back to pending).
-        wait_until(lambda: all((d / "checkpoint.pt").exists() and d.status() == "running" for d in dirs[:2]),
+        wait_until(lambda: all((d / "checkpoint.pt").exists() and d.status() == "running" for d in dirs),
                    "tasks 0 and 1 running past a checkpoint")
         try:  # Slurm 22.05 delivers the signal to an array task yet answers "can not be altered now",
             # and scancel keeps retrying every few seconds, which would hit the requeued task: stop it
@@ -213,7 +217,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     finally:
         subprocess.run(["scancel", job], capture_output=True)
 
-    logs = [read(workdir / "logs" / f"{job}_{i}.out") for i in range(4)]  # %A_%a, appended across restarts
+    logs = [read(workdir / "logs" / f"{job}_{i}.out") for i in range(2)]  # %A_%a, appended across restarts
     # task 0: Slurm's SIGTERM reaches Python and the shell, which forwards USR1: either comes first
     assert "DUE TO JOB REQUEUE" in logs[0] and re.search(r"stopped: SIG(TERM|USR1) at step", logs[0]), logs[0]
     assert "stopped: SIGUSR1 at step" in logs[1], logs[1]
@@ -221,16 +225,17 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
         assert "restart 1" in logs[i], logs[i]
         assert int(re.search(r"resuming .* from step (\d+)", logs[i]).group(1)) > 0, logs[i]
     assert "requeueing" in logs[1]  # task 1 requeued itself
-    assert all("restart 0" in text and "restart 1" not in text for text in logs[2:])
+    assert all("running 2 seeds as one ensemble" in text for text in logs)
 
+    # Every cell on its own, locally: the same numbers, bit for bit (one thread per process in both)
     local_root = tmp_path / "local-runs"
-    local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root)
+    local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root, "--ensemble", "1")
     assert local.returncode == 0, local.stderr
     for cell, rd in zip(cells, dirs):
         here = RunDir(cell.run_dir(local_root))
         assert (rd / "metrics.jsonl").read_text() == (here / "metrics.jsonl").read_text()
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
-        timing = {"wall_s", "steps_per_s", "git_commit"}  # how long, and which commit: not what
+        timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size"}  # how long, how, which commit: not what
         assert {k: v for k, v in ours.items() if k not in timing} == {k: v for k, v in theirs.items() if k not in timing}
 
 

@@ -103,8 +103,8 @@ def test_every_optimizer_and_sampler_trains_the_transformer(tmp_path, opt, sampl
     settings = dict(TINY_RUN, **({} if sampler == "full" else {"batch_size": 16}))
     if opt == "adamlr_adaptive":
         settings["every"] = 3
-    result = train(resolve({"model": "transformer", "opt": opt, "sampler": sampler}, settings), tmp_path,
-                   torch.device("cpu"))
+    (result,) = train([resolve({"model": "transformer", "opt": opt, "sampler": sampler}, settings)], [tmp_path],
+                      torch.device("cpu"))
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert result["steps"] == 12 and [r["step"] for r in records] == [0, 4, 8, 12]
     assert all(math.isfinite(r["train_loss"]) and math.isfinite(r["sigma_ratio"]) for r in records)
@@ -125,8 +125,8 @@ def test_interrupted_transformer_run_resumes_to_the_same_numbers(tmp_path):
                    dict(TINY_RUN, **{"train.steps": 30, "checkpoint_every": 10, "batch_size": 16, "every": 4,
                                      "n_layers": 2, "warmup_steps": 10}))
     cpu = torch.device("cpu")
-    train(spec, tmp_path / "whole", cpu)
+    train([spec], [tmp_path / "whole"], cpu)[0]
     with pytest.raises(Preempted):
-        train(spec, tmp_path / "cut", cpu, tracker=PreemptAt(16))
-    train(spec, tmp_path / "cut", cpu)
+        train([spec], [tmp_path / "cut"], cpu, [PreemptAt(16)])
+    train([spec], [tmp_path / "cut"], cpu)[0]
     assert (tmp_path / "cut/metrics.jsonl").read_text() == (tmp_path / "whole/metrics.jsonl").read_text()

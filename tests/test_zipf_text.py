@@ -97,7 +97,7 @@ def test_bad_input(tmp_path, monkeypatch):
 def test_run_reports_accuracy_and_embedding_norms_per_bucket(tmp_path, model):
     settings = {"n_examples": 2000, "vocab": 300, "batch_size": 64, "train.steps": 6, "eval_every": 3}
     small = {"d_model": 16, "d_mlp": 32} if model == "transformer" else {"d": 16, "hidden": 32}
-    train(resolve({"task": "zipf_text", "model": model, "sampler": "frequency"}, {**settings, **small}), tmp_path,
+    train([resolve({"task": "zipf_text", "model": model, "sampler": "frequency"}, {**settings, **small})], [tmp_path],
           torch.device("cpu"))
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     for bucket in ("rare", "middle", "frequent"):

@@ -4,7 +4,10 @@ A filter is built from the list of trainable parameters; `apply()` rewrites thei
 place; `state_dict()` / `load_state_dict()` carry its state through checkpoints (tensors
 and numbers only, so checkpoints load with weights_only=True). 'none' builds nothing.
 Filters sit between backward and the optimizer, so they compose with every optimizer
-(Adam-LR included).
+(Adam-LR included). A filter registered with elementwise=True treats every gradient element
+on its own and keeps any state with the parameter's axes first, so it runs exactly on an
+ensemble's stacked parameters (suite/ensemble.py); orthograd takes norms over whole tensors
+and is not.
 
 - grokfast_ema / grokfast_ma: Grokfast (Lee et al. 2024, arXiv 2405.20233) amplifies the
   slow part of each gradient: g <- g + lamb * lowpass(g). The update order and the MA warmup
@@ -21,7 +24,7 @@ import torch
 from suite.registry import SuiteError, register_filter
 
 
-@register_filter("none")
+@register_filter("none", elementwise=True)
 def no_filter(params):
     """No filter: the optimizer sees the raw gradients."""
     return None
@@ -61,8 +64,9 @@ class GrokfastMA:
 
     As in grokfast.py (warmup=True), gradients are collected from the first step but the
     filter changes nothing until the window is full. The window is a ring buffer of shape
-    (window, *param.shape) with the number of gradients seen so far: memory (and checkpoint
-    size) is `window` copies of the parameters, as in their code.
+    (*param.shape, window), last axis the window so that an ensemble's member axis stays
+    first, with the number of gradients seen so far: memory (and checkpoint size) is
+    `window` copies of the parameters, as in their code.
     """
 
     def __init__(self, params, window: int, lamb: float):
@@ -76,11 +80,11 @@ class GrokfastMA:
             if p.grad is None:
                 continue
             if self.buffers[i] is None:
-                self.buffers[i] = torch.zeros((self.window, *p.shape), dtype=p.grad.dtype, device=p.grad.device)
-            self.buffers[i][self.seen[i] % self.window] = p.grad
+                self.buffers[i] = torch.zeros((*p.shape, self.window), dtype=p.grad.dtype, device=p.grad.device)
+            self.buffers[i][..., self.seen[i] % self.window] = p.grad
             self.seen[i] += 1
             if self.seen[i] >= self.window:
-                p.grad.add_(self.buffers[i].mean(dim=0), alpha=self.lamb)
+                p.grad.add_(self.buffers[i].mean(dim=-1), alpha=self.lamb)
 
     def state_dict(self) -> dict:
         return {"buffers": [None if b is None else b.clone() for b in self.buffers], "seen": list(self.seen)}
@@ -116,7 +120,7 @@ class OrthoGrad:
         pass
 
 
-@register_filter("grokfast_ema")
+@register_filter("grokfast_ema", elementwise=True)
 def grokfast_ema(params, *, alpha: float = 0.98, lamb: float = 2.0):
     """Grokfast: g <- g + lamb * EMA_alpha(g) (arXiv 2405.20233)."""
     if not 0 <= alpha < 1:
@@ -124,7 +128,7 @@ def grokfast_ema(params, *, alpha: float = 0.98, lamb: float = 2.0):
     return GrokfastEMA(params, alpha, lamb)
 
 
-@register_filter("grokfast_ma")
+@register_filter("grokfast_ma", elementwise=True)
 def grokfast_ma(params, *, window: int = 100, lamb: float = 5.0):
     """Grokfast-MA: g <- g + lamb * mean of the last `window` gradients, once the window is full."""
     if window <= 0:

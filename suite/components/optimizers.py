@@ -4,6 +4,11 @@
 `groups.coupled` the first weight W that reads the embeddings, `groups.rest` everything
 but E. Defaults follow the embedding-grokking paper (arXiv 2505.15624): Adam, lr 1e-2,
 weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it).
+
+elementwise=True marks an optimizer whose update of each element depends on that element
+alone (Adam and its kin, SGD): it trains an ensemble's stacked parameters exactly as K
+separate runs (suite/ensemble.py). adamlr_adaptive reads sigma_max of whole matrices: it
+is not, and its seeds run one after the other.
 """
 
 from __future__ import annotations
@@ -38,27 +43,27 @@ def _need_embedding(groups: ParamGroups, name: str) -> None:
         raise SuiteError(f"optimizer '{name}' scales the embedding learning rate, but this model has no token embedding")
 
 
-@register_optimizer("adam")
+@register_optimizer("adam", elementwise=True)
 def adam(groups: ParamGroups, *, lr: float = 1e-2, weight_decay: float = 1e-3,
          betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
     """Adam with coupled L2 weight decay (the paper's baseline)."""
     return torch.optim.Adam(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
 
 
-@register_optimizer("adamw")
+@register_optimizer("adamw", elementwise=True)
 def adamw(groups: ParamGroups, *, lr: float = 1e-3, weight_decay: float = 1.0,
           betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8):
     """AdamW with decoupled weight decay (defaults: Nanda et al.'s grokking transformer)."""
     return torch.optim.AdamW(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
 
 
-@register_optimizer("sgd")
+@register_optimizer("sgd", elementwise=True)
 def sgd(groups: ParamGroups, *, lr: float = 1e-1, momentum: float = 0.9, weight_decay: float = 1e-3):
     """SGD with momentum and L2 weight decay."""
     return torch.optim.SGD(groups.all, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
-@register_optimizer("adamlr")
+@register_optimizer("adamlr", elementwise=True)
 def adamlr(groups: ParamGroups, *, lr: float = 1e-2, c: float = 10.0, weight_decay: float = 1e-3,
            betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
     """Adam-LR: Adam with the embedding's learning rate at c * lr (paper: c = 10)."""

@@ -1,0 +1,171 @@
+"""K seeds of one cell trained as one model: parameters stacked on a leading member axis.
+
+`Ensemble(models)` holds the K models' parameters stacked (torch.func.stack_module_state)
+and maps inputs [K, batch, ...] to logits [K, batch, classes] with the forward vmapped over
+the member axis. The loop sums the K per-member mean losses, so each slice of a stacked
+gradient is exactly that member's own gradient; an optimizer or filter that treats every
+element on its own (Adam, AdamW, SGD, Adam-LR, Grokfast) then makes each member's update the
+one its separate run would make. Results differ from separate runs only by float rounding:
+a batched matmul may sum in another order than the single one (see tests/test_ensemble.py
+for the tolerance).
+
+Anything that couples elements (a norm over a whole tensor, an SVD) or keeps per-model state
+the stack cannot hold (BatchNorm statistics, dropout's random draws) would not be exact:
+`blocker()` names the reason, and the loop runs such members one after the other instead.
+
+K = 1 is the plain model (no stacking, no vmap), so single runs pay nothing for this.
+Checkpoints are per member, in the format of a separate run: `split_state` takes member i's
+slice of every stacked tensor, `stack_states` puts K of them back together.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state
+
+from suite.registry import ALL
+
+
+class Ensemble(nn.Module):
+    def __init__(self, models: list[nn.Module], stacked: bool = True):
+        super().__init__()
+        self.size = len(models)
+        self.single = None
+        if not stacked:  # one model that cannot be stacked exactly (see blocker): run it as it is
+            (self.single,) = models
+            return
+        first = models[0]
+        names = {id(p): n for n, p in first.named_parameters()}
+        self._embedding = names.get(id(first.embedding_weight)) if getattr(first, "embedding_weight", None) is not None else None
+        self._coupled = names.get(id(first.coupled_weight)) if getattr(first, "coupled_weight", None) is not None else None
+        params, buffers = stack_module_state(models)
+        self._names = list(params)  # the members' own parameter order, so optimizer state lines up
+        for name, value in params.items():
+            self.register_parameter(_key(name), nn.Parameter(value))
+        for name, value in buffers.items():
+            self.register_buffer(_key(name), value)
+        self._buffer_names = list(buffers)
+        self._state_names = list(first.state_dict())
+        self.__dict__["base"] = copy.deepcopy(first).to("meta")  # the architecture; not a submodule
+
+    def train(self, mode: bool = True):
+        if self.single is None:
+            self.base.train(mode)
+        return super().train(mode)
+
+    def stacked(self, name: str) -> torch.Tensor:
+        return getattr(self, _key(name))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [K, batch, ...] -> logits [K, batch, classes]."""
+        if self.single is not None:
+            return self.single(x[0]).unsqueeze(0)
+        params = {n: self.stacked(n) for n in self._names}
+        buffers = {n: self.stacked(n) for n in self._buffer_names}
+        return torch.vmap(self._member_forward)(params, buffers, x)
+
+    def _member_forward(self, params, buffers, x):
+        return functional_call(self.base, (params, buffers), (x,))
+
+    @property
+    def embedding_weight(self):
+        if self.single is not None:
+            return getattr(self.single, "embedding_weight", None)
+        return self.stacked(self._embedding) if self._embedding else None
+
+    @property
+    def coupled_weight(self):
+        if self.single is not None:
+            return getattr(self.single, "coupled_weight", None)
+        return self.stacked(self._coupled) if self._coupled else None
+
+    def member(self, i: int):
+        """Member i, as much of a model as the progress measures read (its E and W)."""
+        if self.single is not None:
+            return self.single
+        E, W = self.embedding_weight, self.coupled_weight
+        return SimpleNamespace(embedding_weight=None if E is None else E[i], coupled_weight=None if W is None else W[i])
+
+    def split(self, state) -> list:
+        """Per-member states (in a separate run's format) from a state of the whole: the
+        model's, the optimizer's or the filter's."""
+        return [state] if self.single is not None else split_state(state, self.size)
+
+    def join(self, states: list):
+        return states[0] if self.single is not None else stack_states(states)
+
+    def member_state_dicts(self) -> list[dict]:
+        if self.single is not None:
+            return [self.single.state_dict()]
+        return self.split({n: self.stacked(n).detach() for n in self._state_names})
+
+    def load_member_state_dicts(self, states: list[dict]) -> None:
+        if self.single is not None:
+            self.single.load_state_dict(states[0])
+            return
+        with torch.no_grad():
+            for name, value in self.join(states).items():
+                self.stacked(name).copy_(value)
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "__")  # module attribute names cannot hold dots
+
+
+def split_state(state, size: int) -> list:
+    """Member i's state from an ensemble's: every tensor that has dimensions has the member
+    axis first (that is how elementwise optimizers and filters keep their state); 0-dim
+    tensors (Adam's step) and plain values are shared."""
+
+    def pick(value, i):
+        if torch.is_tensor(value):
+            return value[i].clone() if value.dim() else value.clone()  # clone: save only the slice
+        if isinstance(value, dict):
+            return {k: pick(v, i) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(pick(v, i) for v in value)
+        return value
+
+    return [pick(state, i) for i in range(size)]
+
+
+def stack_states(states: list):
+    """The inverse of split_state."""
+    first = states[0]
+    if torch.is_tensor(first):
+        return torch.stack(states) if first.dim() else first
+    if isinstance(first, dict):
+        return {k: stack_states([s[k] for s in states]) for k in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(stack_states(list(column)) for column in zip(*states))
+    return first
+
+
+def _without_seed(spec: dict) -> dict:
+    return {k: v for k, v in spec.items() if k != "seed"}
+
+
+def blocker(specs: list[dict], models: list[nn.Module], datas: list) -> str | None:
+    """Why these members cannot train as one exact ensemble, or None if they can."""
+    first = specs[0]
+    if any(_without_seed(s) != _without_seed(first) for s in specs[1:]):
+        return "the specs differ in more than the seed"
+    for kind in ("opt", "filter"):
+        entry = ALL[kind].get(first[kind]["name"])
+        if not entry.info.get("elementwise"):
+            return f"{'optimizer' if kind == 'opt' else 'filter'} '{entry.name}' is not elementwise"
+    if first["train"].get("hessian_every"):
+        return "Hessian measures are per model"
+    for module in models[0].modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            return f"the model has BatchNorm ({type(module).__name__}), whose statistics are per model"
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            return "the model has dropout, whose random draws differ from separate runs"
+    shapes = {(d.x_train.shape, d.x_val.shape, tuple(d.val_groups)) for d in datas}
+    if len(shapes) > 1:
+        return "the members' train/val splits differ in size"
+    return None

@@ -1,0 +1,158 @@
+"""Ensembles: K seeds of a cell in one process equal K separate runs, seed for seed.
+
+On CPU with one thread (how the local backend runs every process) the equality is exact, bit
+for bit: the stacked (vmapped) matmuls of an ensemble slice for slice do what a separate run's
+do. With several threads, or on a GPU, a kernel may split a sum differently for another batch
+shape; members then agree to float32 rounding (~1e-7 relative per step), which the dynamics
+after memorization can amplify over a long run.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import TINY_FIXED, PreemptAt, run_cli
+from suite.ensemble import blocker, split_state, stack_states
+from suite.spec import canonical, resolve
+from suite.train import Preempted, train
+
+CPU = torch.device("cpu")
+SMALL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "train.steps": 60, "eval_every": 10}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _specs(choices, settings, seeds=(0, 1, 2)):
+    return [resolve(choices, settings, seed) for seed in seeds]
+
+
+def _metrics(run_dir: Path) -> str:
+    return (run_dir / "metrics.jsonl").read_text()
+
+
+def _same_result(a: dict, b: dict) -> bool:
+    timing = ("wall_s", "steps_per_s", "ensemble_size")
+    return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
+
+
+@pytest.mark.parametrize("choices,settings", [
+    ({}, {"d": 16, "hidden": 32}),  # the paper's MLP and Adam
+    ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
+    ({"opt": "adamlr", "filter": "grokfast_ma", "sampler": "epoch"}, {"d": 16, "hidden": 32, "window": 5}),
+    ({"opt": "sgd", "filter": "grokfast_ema", "sampler": "frequency"}, {"d": 16, "hidden": 32}),
+])
+def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, settings):
+    specs = _specs(choices, {**SMALL, **settings})
+    together = train(specs, [tmp_path / "ens" / str(i) for i in range(3)], CPU)
+    for i, spec in enumerate(specs):
+        (alone,) = train([spec], [tmp_path / "alone" / str(i)], CPU)
+        assert _metrics(tmp_path / "ens" / str(i)) == _metrics(tmp_path / "alone" / str(i))
+        assert _same_result(together[i], alone)
+        assert together[i]["ensemble_size"] == 3 and alone["ensemble_size"] == 1
+        assert json.loads((tmp_path / "ens" / str(i) / "spec.json").read_text()) == canonical(spec)
+    assert len({_metrics(tmp_path / "ens" / str(i)) for i in range(3)}) == 3  # the seeds really differ
+
+
+def test_members_stop_early_on_their_own(tmp_path):
+    # A target some seeds reach by chance at different evaluations: each stops when its separate run would.
+    specs = _specs({}, {**SMALL, "d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "patience": 0},
+                   seeds=range(4))
+    together = train(specs, [tmp_path / "ens" / str(i) for i in range(4)], CPU)
+    alone = [train([s], [tmp_path / "alone" / str(i)], CPU)[0] for i, s in enumerate(specs)]
+    assert [r["steps"] for r in together] == [r["steps"] for r in alone]
+    assert any(r["stop_reason"] == "target held" for r in together)
+    assert len({r["steps"] for r in together}) > 1  # they did stop at different steps
+    assert all(_same_result(t, a) for t, a in zip(together, alone))
+
+
+def test_a_preempted_ensemble_resumes_to_the_same_numbers_and_its_members_can_resume_alone(tmp_path):
+    specs = _specs({"opt": "adamlr", "filter": "grokfast_ema"}, {**SMALL, "d": 16, "hidden": 32, "patience": None})
+    whole = train(specs, [tmp_path / "whole" / str(i) for i in range(3)], CPU)
+    cut = [tmp_path / "cut" / str(i) for i in range(3)]
+    with pytest.raises(Preempted):
+        train(specs, cut, CPU, [PreemptAt(30), None, None])
+    assert all((d / "checkpoint.pt").exists() and not (d / "result.json").exists() for d in cut)
+    # seed 2 resumes on its own from the ensemble's checkpoint (same format as a separate run's)
+    (alone,) = train([specs[2]], [cut[2]], CPU)
+    resumed = train(specs[:2], cut[:2], CPU)
+    for i, result in enumerate(resumed + [alone]):
+        assert _metrics(cut[i]) == _metrics(tmp_path / "whole" / str(i))
+        assert result["final_val_loss"] == whole[i]["final_val_loss"]
+
+
+def test_what_cannot_be_exact_runs_one_after_the_other_and_says_why(tmp_path, capsys):
+    specs = _specs({"opt": "adamlr_adaptive"}, {**SMALL, "d": 16, "hidden": 32, "every": 5}, seeds=(0, 1))
+    together = train(specs, [tmp_path / "a", tmp_path / "b"], CPU)
+    assert "2 seeds run one after the other: optimizer 'adamlr_adaptive' is not elementwise" in capsys.readouterr().err
+    assert [r["ensemble_size"] for r in together] == [1, 1]
+    (alone,) = train([specs[1]], [tmp_path / "c"], CPU)
+    assert _metrics(tmp_path / "b") == _metrics(tmp_path / "c")
+
+
+def test_blocker_names_each_reason():
+    mlp = _specs({}, SMALL, seeds=(0, 1))
+    assert blocker(mlp, [nn.Linear(2, 2)], []) is None
+    assert blocker([mlp[0], resolve({}, {**SMALL, "p": 13}, 1)], [nn.Linear(2, 2)], []) == \
+        "the specs differ in more than the seed"
+    assert "orthograd" in blocker(_specs({"filter": "orthograd"}, SMALL, (0, 1)), [nn.Linear(2, 2)], [])
+    assert "BatchNorm" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))], [])
+    assert "dropout" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1))], [])
+    assert "Hessian" in blocker(_specs({}, {**SMALL, "hessian_every": 2}, (0, 1)), [nn.Linear(2, 2)], [])
+
+
+def test_split_and_stack_are_inverse_on_an_optimizer_state():
+    p = nn.Parameter(torch.randn(3, 4, 5))
+    opt = torch.optim.Adam([p])
+    p.grad = torch.randn_like(p)
+    opt.step()
+    state = opt.state_dict()
+    members = split_state(state, 3)
+    assert members[1]["state"][0]["exp_avg"].shape == (4, 5)
+    assert torch.equal(members[1]["state"][0]["exp_avg"], state["state"][0]["exp_avg"][1])
+    back = stack_states(members)
+    assert torch.equal(back["state"][0]["exp_avg_sq"], state["state"][0]["exp_avg_sq"])
+    assert back["state"][0]["step"] == state["state"][0]["step"] and back["param_groups"] == state["param_groups"]
+
+
+def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
+    args = ["run", "--root", tmp_path, "--set", "p=11", "--set", "train.steps=20", "--set", "d=8", "--set", "hidden=16"]
+    out = run_cli(*args, "--seeds", "0-1,4")
+    assert out.returncode == 0, out.stderr
+    paths = [Path(line) for line in out.stdout.splitlines()]
+    assert [json.loads(p.read_text())["spec"]["seed"] for p in paths] == [0, 1, 4]
+    assert "its share of an ensemble of 3" in out.stderr
+    again = run_cli(*args, "--seeds", "4,5")  # 4 is done: only 5 runs
+    assert again.returncode == 0 and again.stderr.count("already finished") == 1
+    for bad, message in ((["--seeds", "3-1"], "--seeds takes a list"), (["--seeds", "a"], "--seeds takes a list"),
+                         (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run dir")):
+        out = run_cli(*args, *bad)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
+    grid = tmp_path / "g.toml"
+    grid.write_text('name = "g"\n' + TINY_FIXED + '[axes]\nopt = ["adam", "adamlr"]\nseed = [0, 1, 2]\n')
+    out = run_cli("grid", grid, "--root", tmp_path / "runs", "--workers", "2")
+    assert out.returncode == 0, out.stderr
+    assert "6 cells in 2 processes" in out.stderr
+    (manifest,) = (tmp_path / "runs" / "grids" / "g").glob("*/manifest.json")
+    chunks = json.loads(manifest.read_text())["chunks"]
+    assert chunks == [[[0, 1, 2]], [[3, 4, 5]]]  # seeds of adam together, seeds of adamlr together
+    results = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("result.json")]
+    assert sorted(r["ensemble_size"] for r in results) == [3] * 6
+    # the same grid with --ensemble 1: every cell on its own, the same numbers
+    out = run_cli("grid", grid, "--root", tmp_path / "alone", "--ensemble", "1", "--workers", "2")
+    assert out.returncode == 0 and "6 cells in 6 processes" in out.stderr
+    for path in (tmp_path / "runs").rglob("metrics.jsonl"):
+        twin = tmp_path / "alone" / path.relative_to(tmp_path / "runs")
+        assert path.read_text() == twin.read_text()
