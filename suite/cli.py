@@ -269,7 +269,7 @@ def make_parser() -> argparse.ArgumentParser:
                                    "stdout line is the path of the JSON report.")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     p.add_argument("--out", help="JSON report (default runs/bench/bench-<commit>-<UTC stamp>.json)")
-    p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 1000; quick 20)")
+    p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 400; quick 20)")
     p.add_argument("--ensembles", help="ensemble sizes K, comma-separated (default 1,8,32; quick 1,2)")
     p.add_argument("--skip", default="", help="sections to skip, comma-separated: matmul,steps,ensembles,probe,compile")
     p.add_argument("--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)")

@@ -697,6 +697,19 @@ def generate(root: str | Path = "runs", out: str | Path = "leaderboards", tau_ma
     return writer.written
 
 
+def terminal_summary(out: Path, written: list[str]) -> list[str]:
+    """What `leaderboard` prints: every task/model page's headings and tables, and the paths of
+    its accuracy plots (the pages themselves hold the rest)."""
+    lines = []
+    for rel in written:
+        if rel.endswith(".md") and "/" not in rel and rel not in ("index.md", "profile.md", "probes.md"):
+            lines += [line for line in (Path(out) / rel).read_text().splitlines() if line.startswith(("#", "|"))]
+            lines += [f"plot: {Path(out) / png}" for png in written
+                      if png.startswith(rel[:-3] + "/") and png.endswith(".accuracy.png")]
+            lines.append("")
+    return lines
+
+
 def _write_pair(writer: Output, col: Collection, task: str, model: str, rows: pd.DataFrame, command: str) -> dict:
     name = slug(f"{task}-{model}", set())
     runs = col.runs[(col.runs["task"] == task) & (col.runs["model"] == model)]

@@ -200,7 +200,12 @@ def test_missing_or_empty_root_is_one_line_and_exit_2(tmp_path, capsys):
 def test_cli_writes_the_index_and_drops_stale_files(tmp_path, capsys):
     out = tmp_path / "board"
     assert main(["leaderboard", str(FIXTURE / "runs"), "--out", str(out)]) == 0
-    assert capsys.readouterr().out.strip() == str(out / "index.md")
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == str(out / "index.md")
+    tables = [line for line in (out / "modular-mlp.md").read_text().splitlines() if line.startswith("|")]
+    assert tables == [line for line in printed if line.startswith("|")][: len(tables)]  # the first page's tables
+    plots = [line.removeprefix("plot: ") for line in printed if line.startswith("plot: ")]
+    assert plots and all(Path(p).is_file() and p.endswith(".accuracy.png") for p in plots)
     (out / "README.md").write_text("written by hand\n")
     (out / "old.md").write_text("from an earlier set of runs\n")
     with open(out / "generated.txt", "a") as listing:

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 
 from conftest import REPO, PreemptAt, run_cli
+from suite.backends import seed_groups
+from suite.grid import load
 from suite.spec import resolve
 from suite.train import Preempted, train
 
@@ -151,3 +154,19 @@ def test_a_small_cell_groks(tmp_path):
     result = json.loads((tmp_path / "run/result.json").read_text())
     assert result["memorization_step"] is not None and result["grok_step"] is not None
     assert result["grok_step"] > result["memorization_step"] and result["stop_reason"] == "target held"
+
+
+def test_readme_main_command_runs_the_quick_grid_then_prints_its_leaderboard(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    command = readme.split("<!-- main command -->\n", 1)[1].splitlines()[0].strip()
+    steps = [shlex.split(part) for part in command.split(" && ") if " -m suite " in part]
+    (grid_args, board_args) = [step[3:] for step in steps]  # after `.venv/bin/python -m suite`
+    assert grid_args[0] == "grid" and board_args[0] == "leaderboard"
+    cells = load(REPO / grid_args[1]).cells
+    assert len(cells) == 6 and len(seed_groups(cells, 32)) == 2  # 2 optimizers x 3 seeds: 2 ensembles
+    assert {c.spec["opt"]["name"] for c in cells} == {"adam", "adamlr"}
+    root = grid_args[grid_args.index("--root") + 1]
+    assert board_args[1] == root  # the leaderboard reads what the grid wrote
+    out = run_cli("leaderboard", REPO / "tests/fixtures/leaderboard/runs", "--out", tmp_path / "board")
+    assert out.returncode == 0 and "| # | method | seeds | success |" in out.stdout
+    assert any(line.startswith("plot: ") and line.endswith(".png") for line in out.stdout.splitlines())
