@@ -28,7 +28,8 @@ from suite.rundir import RunDir, RunLocked, read_json, write_json
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
 
 
-def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | None = None) -> list[dict]:
+def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | None = None,
+              compile: bool = False) -> list[dict]:
     """train() plus what every entry point needs: a crash leaves error.json (status 'failed')
     in each unfinished run dir, a finished run clears it, and the W&B runs are closed whatever
     happens. A task with its own runner (info["runner"], e.g. the number probes) runs that,
@@ -49,7 +50,7 @@ def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | 
         if runner:
             results = [runner(spec, rd.path, device) for spec, rd in zip(specs, dirs)]
         else:
-            results = train(specs, [rd.path for rd in dirs], device, trackers)
+            results = train(specs, [rd.path for rd in dirs], device, trackers, compile)
     except Preempted:
         for tracker in live:
             tracker.close(3)
@@ -110,12 +111,12 @@ def plan_chunks(cells: list[Cell], cells_per_task: int, ensemble: int) -> list[l
 
 
 def write_manifest(workdir: Path, grid: Grid, cells: list[Cell], root: str | Path, *, device: str,
-                   wandb: str, cells_per_task: int, ensemble: int) -> Path:
+                   wandb: str, cells_per_task: int, ensemble: int, compile: bool) -> Path:
     root = Path(root).resolve()
     chunks = plan_chunks(cells, cells_per_task, ensemble)
     manifest = {
         "grid": grid.name, "source": str(grid.path.resolve()), "root": str(root),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device, "wandb": wandb,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device, "wandb": wandb, "compile": compile,
         "cells_per_task": cells_per_task, "ensemble": ensemble, "n_tasks": len(chunks), "chunks": chunks,
         "cells": [{"id": c.id, "experiment": c.experiment, "label": c.label,
                    "run_dir": str(c.run_dir(root)), "spec": c.spec} for c in cells],
@@ -168,7 +169,8 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
               file=sys.stderr, flush=True)
         trackers = [make_tracker(manifest["wandb"], c["spec"], manifest["grid"], c["experiment"]) for c in cells]
         try:
-            run_cells([c["spec"] for c in cells], [Path(c["run_dir"]) for c in cells], device, trackers)
+            run_cells([c["spec"] for c in cells], [Path(c["run_dir"]) for c in cells], device, trackers,
+                      manifest.get("compile", False))
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # the rest of the chunk runs when the task is requeued
@@ -191,7 +193,7 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
 
 
 def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, device: str, wandb: str,
-              ensemble: int) -> int:
+              ensemble: int, compile: bool) -> int:
     """Run the chunks (seed groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
     every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
     failed, 3 if stopped."""
@@ -199,7 +201,7 @@ def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, 
         raise SuiteError(f"--workers must be at least 1, got {workers}")
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1,
-                              ensemble=ensemble)
+                              ensemble=ensemble, compile=compile)
     chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
     # One torch thread per process: N small runs share the cores instead of fighting over them.
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -100,7 +100,7 @@ def cmd_run(args) -> int:
     if todo:
         try:
             results = run_cells([specs[i] for i in todo], [run_dirs[i] for i in todo], device,
-                                [make_tracker(args.wandb, specs[i]) for i in todo])
+                                [make_tracker(args.wandb, specs[i]) for i in todo], args.compile)
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # not an error: the checkpoint is in place for the requeued job
@@ -142,9 +142,9 @@ def cmd_grid(args) -> int:
                 print(f"{cell.run_dir(args.root)}  [{cell.label}]")
             return 0
         return backends.run_local(g, todo, args.root, workers=args.workers, device=args.device, wandb=args.wandb,
-                                  ensemble=args.ensemble)
+                                  ensemble=args.ensemble, compile=args.compile)
     out = submit(g, todo, args.root, options, sbatch=sbatch, device=args.device, wandb=args.wandb,
-                 ensemble=args.ensemble, template=Path(args.template) if args.template else TEMPLATE)
+                 ensemble=args.ensemble, compile=args.compile, template=Path(args.template) if args.template else TEMPLATE)
     if args.dry_run:
         print(out, end="")
     else:
@@ -220,6 +220,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
     p.add_argument("--root", default="runs", help="where default run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    _compile_flag(p)
     _wandb_flag(p)
     p.set_defaults(func=cmd_run)
 
@@ -234,6 +235,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     p.add_argument("--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script")
+    _compile_flag(p)
     _wandb_flag(p)
     sl = p.add_argument_group("slurm (defaults from the grid file's [slurm] table)")
     sl.add_argument("--partition")
@@ -280,6 +282,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("index", type=int)
     p.set_defaults(func=cmd_chunk)
     return parser
+
+
+def _compile_flag(p) -> None:
+    p.add_argument("--compile", action="store_true",
+                   help="the training step's forward through torch.compile (default off: on this suite's small "
+                        "models it did not pay for its compile time on CPU; see `suite bench`)")
 
 
 def _wandb_flag(p) -> None:

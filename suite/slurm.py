@@ -133,7 +133,7 @@ def find_sbatch() -> str:
 
 
 def submit(grid: Grid, cells: list[Cell], root: str | Path, options: SlurmOptions, *, sbatch: str | None,
-           device: str, wandb: str, ensemble: int, template: Path = TEMPLATE) -> str:
+           device: str, wandb: str, ensemble: int, compile: bool = False, template: Path = TEMPLATE) -> str:
     """Write the manifest and script and submit them with `sbatch`; returns the job id.
     sbatch None (a dry run): return the script, write nothing."""
     fit_array(options, cells, ensemble)
@@ -144,7 +144,7 @@ def submit(grid: Grid, cells: list[Cell], root: str | Path, options: SlurmOption
     try:
         script = render(grid, options, cells, workdir, template, ensemble)
         write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=options.cells_per_task,
-                       ensemble=ensemble)
+                       ensemble=ensemble, compile=compile)
         (workdir / "job.sbatch").write_text(script)
         proc = subprocess.run([sbatch, "--parsable", str(workdir / "job.sbatch")], capture_output=True,
                               text=True, timeout=120)

@@ -201,10 +201,12 @@ class Progress:
             self.bar.close()
 
 
-def train(specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None) -> list[dict]:
+def train(specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None,
+          compile: bool = False) -> list[dict]:
     """Train specs into their run dirs and return their results (each also written to its
     run_dir/result.json). One spec is one run; specs that differ only in the seed are one
-    ensemble, or run one after the other when that would not be exact."""
+    ensemble, or run one after the other when that would not be exact. compile: the training
+    step's forward through torch.compile (evaluation stays eager: its shapes vary)."""
     trackers = trackers or [None] * len(specs)
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
@@ -212,8 +214,9 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     b = build(specs, device)  # fails on bad input before anything is written
     if b.sequential_reason:
         print(f"{len(specs)} seeds run one after the other: {b.sequential_reason}", file=sys.stderr)
-        return [train([s], [d], device, [t])[0] for s, d, t in zip(specs, run_dirs, trackers)]
+        return [train([s], [d], device, [t], compile)[0] for s, d, t in zip(specs, run_dirs, trackers)]
     members, model, opt, K = b.members, b.model, b.optimizer, len(specs)
+    how = {"ensemble_size": K, "device": str(device), "compiled": compile}  # recorded in each result
     cfg = TrainConfig(**specs[0]["train"])
     loss_fn = LOSSES[cfg.loss]
 
@@ -231,7 +234,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
         if K == 1:
             return [read_json(members[0].run_dir / "result.json")]
         print(f"{K} seeds run one after the other: they are at different steps", file=sys.stderr)
-        return [train([s], [d], device, [t])[0] for s, d, t in zip(specs, run_dirs, trackers)]
+        return [train([s], [d], device, [t], compile)[0] for s, d, t in zip(specs, run_dirs, trackers)]
 
     # Resume: restore the state after `start` updates and replay the metrics logged before it.
     start = steps.pop()
@@ -258,6 +261,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     stacked = {k: torch.stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val")}
     rows = torch.arange(K, device=device)[:, None]  # member i's batch comes from member i's data
     eval_chunk = max(1, cfg.eval_batch // K)
+    step_forward = torch.compile(model) if compile else model
     progress = Progress(cfg.steps, start, spec_id(specs[0])[:8] + (f" x{K}" if K > 1 else ""))
     t0, step = time.monotonic(), start
     with _StopFlag() as stop:
@@ -292,7 +296,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
                     notes += _log(m, record, f"seed {m.spec['seed']} " if K > 1 else "")
                     if cfg.patience is not None and m.milestones.held_since is not None \
                             and step - m.milestones.held_since >= cfg.patience:
-                        _finish(m, step, "target held", m.wall_before + (time.monotonic() - t0) / K, device, K)
+                        _finish(m, step, "target held", m.wall_before + (time.monotonic() - t0) / K, how)
                 progress.update(step, _summary([m.record for m in members]), " ".join(notes))
                 if all(m.result is not None for m in members):
                     break
@@ -303,7 +307,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * (min(step / cfg.warmup_steps, 1.0) if cfg.warmup_steps else 1.0)
             y = stacked["y_train"][rows, batch]
-            logits = model(stacked["x_train"][rows, batch])
+            logits = step_forward(stacked["x_train"][rows, batch])
             # The sum of the members' mean losses: each member's gradient is its own run's.
             loss = loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
             opt.zero_grad(set_to_none=True)
@@ -314,7 +318,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     progress.close()
     for m in members:
         if m.result is None:
-            _finish(m, step, "budget", m.wall_before + (time.monotonic() - t0) / K, device, K)
+            _finish(m, step, "budget", m.wall_before + (time.monotonic() - t0) / K, how)
     return [m.result for m in members]
 
 
@@ -354,7 +358,7 @@ def _save_checkpoints(b: Built, step: int, device, wall_share: float) -> None:
             })
 
 
-def _finish(m: Member, step: int, stop_reason: str, wall: float, device, ensemble_size: int) -> None:
+def _finish(m: Member, step: int, stop_reason: str, wall: float, how: dict) -> None:
     m.metrics_file.close()
     record = m.record
     m.result = {
@@ -371,8 +375,7 @@ def _finish(m: Member, step: int, stop_reason: str, wall: float, device, ensembl
         "stop_reason": stop_reason,
         "wall_s": wall,  # in an ensemble of K, 1/K of its wall time up to this member's stop
         "steps_per_s": step / wall if wall > 0 else None,
-        "ensemble_size": ensemble_size,
-        "device": str(device),
+        **how,
         "task_info": m.data.info,
         "suite_version": suite.__version__,
         "git_commit": git_commit(),

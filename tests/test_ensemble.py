@@ -156,3 +156,14 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
     for path in (tmp_path / "runs").rglob("metrics.jsonl"):
         twin = tmp_path / "alone" / path.relative_to(tmp_path / "runs")
         assert path.read_text() == twin.read_text()
+
+
+def test_compile_trains_the_same_cell_to_float_rounding_and_is_recorded(tmp_path):
+    args = ["run", "--set", "p=11", "--set", "train.steps=20", "--set", "eval_every=10", "--set", "d=8",
+            "--set", "hidden=16", "--seeds", "0-1"]
+    eager, compiled = (run_cli(*args, "--root", tmp_path / name, *flag) for name, flag in (("e", []), ("c", ["--compile"])))
+    assert eager.returncode == 0 and compiled.returncode == 0, compiled.stderr
+    for e_path, c_path in zip(eager.stdout.split(), compiled.stdout.split()):
+        e, c = json.loads(Path(e_path).read_text()), json.loads(Path(c_path).read_text())
+        assert (e["compiled"], c["compiled"]) == (False, True)
+        assert c["final_train_loss"] == pytest.approx(e["final_train_loss"], rel=1e-4)  # fused kernels round differently
