@@ -1,0 +1,106 @@
+"""`python -m suite bench --quick`: every section's figures are there, finite, and add up. No timing thresholds."""
+
+import json
+import math
+
+import pytest
+
+from conftest import run_cli
+
+
+def numbers(tree):
+    """Every number in a JSON tree (booleans are not figures)."""
+    if isinstance(tree, dict):
+        for value in tree.values():
+            yield from numbers(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from numbers(value)
+    elif isinstance(tree, (int, float)) and not isinstance(tree, bool):
+        yield tree
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "b.json"
+    proc = run_cli("bench", "--quick", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    return proc, json.loads(out.read_text()), out
+
+
+def test_report_has_every_section_and_the_machine(quick):
+    proc, report, out = quick
+    assert proc.stdout.strip().splitlines()[-1] == str(out)
+    for key in ("commit", "torch_version", "device", "threads", "hostname", "date", "units", "bench_wall_s"):
+        assert key in report
+    assert report["device"] == "cpu" and report["threads"] == 1  # run_cli sets OMP_NUM_THREADS=1
+    assert {"matmul", "steps", "ensembles", "targets"} <= set(report)
+    assert "probe" not in report and "compile" not in report and report["skipped"] == ["compile", "probe"]
+    assert set(report["steps"]["cells"]) == {"mlp_batch512", "mlp_full", "transformer_batch512", "transformer_full"}
+    assert set(report["ensembles"]["sizes"]) == {"1", "2"}
+    for section in ("matmul", "steps", "ensembles"):
+        figures = list(numbers(report[section]))
+        assert figures and all(math.isfinite(x) and x > 0 for x in figures), section
+    assert "matmul limit" in proc.stdout and "targets" in proc.stdout
+
+
+def test_figures_are_consistent(quick):
+    _, report, _ = quick
+    limit = report["matmul"]["limit_flop_per_s"]
+    passes = report["matmul"]["passes_flop_per_s"]
+    assert len(passes) == 2  # at the start and at the end: the best of both is the limit
+    assert report["matmul"]["per_size_flop_per_s"] == {n: max(p[n] for p in passes) for n in passes[0]}
+    assert limit == max(report["matmul"]["per_size_flop_per_s"].values())
+    for name, cell in report["steps"]["cells"].items():
+        assert cell["achieved_flop_per_s"] == pytest.approx(cell["flop"] / cell["pure_step_s"], rel=1e-12)
+        assert cell["fraction_of_limit"] == pytest.approx(cell["achieved_flop_per_s"] / limit, rel=1e-12)
+        assert cell["overhead_ratio"] == pytest.approx(cell["whole_step_s"] / cell["pure_step_s"], rel=1e-12)
+        assert cell["whole_step_s"] == pytest.approx(cell["whole_wall_s"] / cell["whole_steps"], rel=1e-12)
+        assert cell["whole_steps"] == 20, name  # the loop ran its whole budget: no early stop
+    # At p = 11 the 36 training pairs are fewer than 512: both samplers give the same batch, same FLOPs.
+    cells = report["steps"]["cells"]
+    assert cells["mlp_batch512"]["batch"] == cells["mlp_full"]["batch"] == 36
+    assert cells["mlp_batch512"]["flop"] == cells["mlp_full"]["flop"]
+    assert cells["transformer_full"]["flop"] > 0
+
+    ens = report["ensembles"]
+    steps, per_run = ens["steps"], ens["normalised_to_steps"]
+    single = ens["sizes"]["1"]
+    assert ens["sizes"]["2"]["trained_as_ensemble_of"] == 2  # the MLP with Adam is exact as an ensemble
+    for row in ens["sizes"].values():
+        k = row["k"]
+        assert row["runs_per_h"] == pytest.approx(k * 3600 / row["wall_s"] * steps / per_run, rel=1e-12)
+        assert row["sequential_wall_s"] == pytest.approx(k * single["wall_s"], rel=1e-12)
+        assert row["sequential_runs_per_h"] == pytest.approx(single["runs_per_h"], rel=1e-12)
+        assert row["speedup"] == pytest.approx(single["wall_s"] * k / row["wall_s"], rel=1e-12)
+
+
+def test_targets_are_judged_from_the_figures(quick):
+    _, report, _ = quick
+    targets = {t["target"]: t for t in report["targets"]}
+    full = next(t for name, t in targets.items() if name.startswith("full-batch MLP"))
+    assert full["value"] == report["steps"]["cells"]["mlp_full"]["fraction_of_limit"]
+    assert full["pass"] == (full["value"] >= 0.6) and full["margin"] == pytest.approx(full["value"] - 0.6)
+    overheads = [t for name, t in targets.items() if "overhead" in name]
+    assert len(overheads) == 2 and all(t["pass"] == (t["value"] <= 1.3) for t in overheads)
+    assert not any("K = 32" in name for name in targets)  # not measured in quick mode: not judged
+
+
+def test_skipped_limit_leaves_no_fraction(tmp_path):
+    out = tmp_path / "b.json"
+    proc = run_cli("bench", "--quick", "--skip", "matmul,ensembles", "--steps", "5", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert "matmul" not in report and "ensembles" not in report
+    assert all(c["fraction_of_limit"] is None and c["whole_steps"] == 5 for c in report["steps"]["cells"].values())
+    assert all("full-batch" not in t["target"] for t in report["targets"])
+
+
+@pytest.mark.parametrize("flags", [("--ensembles", "0,8"), ("--ensembles", "1,x"), ("--skip", "probe,nonsense"),
+                                   ("--steps", "0"), ("--device", "tpu")])
+def test_bad_flags_one_line_exit_2_nothing_written(tmp_path, flags):
+    out = tmp_path / "b.json"
+    proc = run_cli("bench", "--quick", *flags, "--out", out)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error:")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
