@@ -229,8 +229,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("grid_file", help="a TOML grid file, e.g. suite/grids/paper.toml")
     p.add_argument("--backend", choices=("local", "slurm"), default="local")
     p.add_argument("--workers", type=int, default=1, help="local: processes at once, one seed group each (default 1)")
-    p.add_argument("--ensemble", type=int, default=32, metavar="K",
-                   help="at most K cells that differ only in their seed train as one ensemble (default 32; "
+    p.add_argument("--ensemble", type=int, default=8, metavar="K",
+                   help="at most K cells that differ only in their seed train as one ensemble (default 8: on 2 CPU "
+                        "cores K = 8 gave the most runs per hour, see `suite bench`; on a GPU try 32; "
                         "1: every cell on its own)")
     p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
@@ -271,7 +272,7 @@ def make_parser() -> argparse.ArgumentParser:
                                    "stdout line is the path of the JSON report.")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     p.add_argument("--out", help="JSON report (default runs/bench/bench-<commit>-<UTC stamp>.json)")
-    p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 400; quick 20)")
+    p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 600; quick 20)")
     p.add_argument("--ensembles", help="ensemble sizes K, comma-separated (default 1,8,32; quick 1,2)")
     p.add_argument("--skip", default="", help="sections to skip, comma-separated: matmul,steps,ensembles,probe,compile")
     p.add_argument("--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)")
