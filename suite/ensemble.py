@@ -5,15 +5,17 @@ and maps inputs [K, batch, ...] to logits [K, batch, classes] with the forward v
 the member axis. The loop sums the K per-member mean losses, so each slice of a stacked
 gradient is exactly that member's own gradient; an optimizer or filter that treats every
 element on its own (Adam, AdamW, SGD, Adam-LR, Grokfast) then makes each member's update the
-one its separate run would make. Results differ from separate runs only by float rounding:
-a batched matmul may sum in another order than the single one (see tests/test_ensemble.py
-for the tolerance).
+one its separate run would make. A single run of such a cell is the ensemble of one (stacked,
+vmapped), so it takes the same kernels as a member of a larger ensemble: on CPU with one
+thread the results are equal bit for bit; with more threads or on a GPU a kernel may split a
+sum differently for another stacked shape, and they agree to float rounding
+(tests/test_ensemble.py, README "Many seeds at once").
 
 Anything that couples elements (a norm over a whole tensor, an SVD) or keeps per-model state
 the stack cannot hold (BatchNorm statistics, dropout's random draws) would not be exact:
 `blocker()` names the reason, and the loop runs such members one after the other instead.
 
-K = 1 is the plain model (no stacking, no vmap), so single runs pay nothing for this.
+A run that cannot be stacked exactly is the plain model (`stacked=False`: no vmap).
 Checkpoints are per member, in the format of a separate run: `split_state` takes member i's
 slice of every stacked tensor, `stack_states` puts K of them back together.
 """
