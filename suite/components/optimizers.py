@@ -8,7 +8,9 @@ weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it).
 elementwise=True marks an optimizer whose update of each element depends on that element
 alone (Adam and its kin, SGD): it trains an ensemble's stacked parameters exactly as K
 separate runs (suite/ensemble.py). adamlr_adaptive reads sigma_max of whole matrices: it
-is not, and its seeds run one after the other.
+is not, and its seeds run one after the other. Adam is not built fused=True although that
+is faster on CPU: the fused kernel's rounding depends on where an element sits in its tensor,
+so a stacked member would no longer equal its separate run bit for bit (the test caught it).
 """
 
 from __future__ import annotations
