@@ -245,10 +245,10 @@ def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, 
 
 
 def _outcome(returncode: int, rd: RunDir) -> str:
+    if rd.finished:  # an ensemble member may have finished before the rest of its process stopped
+        return "done"
     if returncode == 3:
         return "stopped"
-    if rd.finished:
-        return "done"
     return "skipped" if returncode == 0 else "failed"  # skipped: another process holds the cell
 
 

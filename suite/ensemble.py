@@ -92,6 +92,16 @@ class Ensemble(nn.Module):
         E, W = self.embedding_weight, self.coupled_weight
         return SimpleNamespace(embedding_weight=None if E is None else E[i], coupled_weight=None if W is None else W[i])
 
+    @torch.no_grad()
+    def keep(self, members: list[int]) -> None:
+        """Go on with these members only (the others stopped early). The parameters are new
+        tensors: build the optimizer and filter again and load their split states."""
+        for name in self._names:
+            setattr(self, _key(name), nn.Parameter(self.stacked(name)[members].clone()))
+        for name in self._buffer_names:
+            setattr(self, _key(name), self.stacked(name)[members].clone())
+        self.size = len(members)
+
     def split(self, state) -> list:
         """Per-member states (in a separate run's format) from a state of the whole: the
         model's, the optimizer's or the filter's."""

@@ -47,7 +47,7 @@ class TrainConfig:
     patience: Optional[int] = 500  # stop once val acc has held the target this many steps; None = never
     warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
     loss: LossName = "ce"  # ce (softmax cross-entropy) or stablemax
-    eval_batch: int = 8192  # examples per evaluation chunk, over all members together
+    eval_batch: int = 8192  # examples per evaluation chunk (per member of an ensemble)
     checkpoint_every: int = 2_000
     hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
 
@@ -134,13 +134,16 @@ def build(specs: list[dict], device: torch.device) -> Built:
     if reason and len(specs) > 1:
         return Built(members, None, None, None, reason)
     model = Ensemble(models, stacked=reason is None)
+    return Built(members, model, *optimizer_and_filter(specs[0], model))
+
+
+def optimizer_and_filter(spec: dict, model: torch.nn.Module):
     groups = ParamGroups.of(model)
-    spec = specs[0]
     optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]  # warmup scales from here
     grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
-    return Built(members, model, optimizer, grad_filter)
+    return optimizer, grad_filter
 
 
 def git_commit() -> str | None:
@@ -233,7 +236,8 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
             m.run_dir.unlock()
         if K == 1:
             return [read_json(members[0].run_dir / "result.json")]
-        print(f"{K} seeds run one after the other: they are at different steps", file=sys.stderr)
+        print(f"{K} seeds run one after the other: some finished meanwhile, or they stand at different steps",
+              file=sys.stderr)
         return [train([s], [d], device, [t], compile)[0] for s, d, t in zip(specs, run_dirs, trackers)]
 
     # Resume: restore the state after `start` updates and replay the metrics logged before it.
@@ -258,34 +262,30 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
             m.milestones.update(record)
         m.metrics_file = m.run_dir.restart_metrics(history)
 
-    stacked = {k: torch.stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val")}
-    rows = torch.arange(K, device=device)[:, None]  # member i's batch comes from member i's data
-    eval_chunk = max(1, cfg.eval_batch // K)
+    live = list(members)  # the members still training, in the order of the stack
+    stacked = {k: torch.stack([getattr(m.data, k) for m in live]) for k in ("x_train", "y_train", "x_val", "y_val")}
     step_forward = torch.compile(model) if compile else model
     progress = Progress(cfg.steps, start, spec_id(specs[0])[:8] + (f" x{K}" if K > 1 else ""))
-    t0, step = time.monotonic(), start
+    clock, step = WallShare(K), start
     with _StopFlag() as stop:
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
-                _save_checkpoints(b, step, device, (time.monotonic() - t0) / K)
+                _save_checkpoints(b, live, step, device, clock.now())
                 if stop.raised:
                     progress.close()
-                    for m in members:
-                        if m.result is None:
-                            m.metrics_file.close()
-                            m.run_dir.unlock()
+                    for m in live:
+                        m.metrics_file.close()
+                        m.run_dir.unlock()
                     raise Preempted(f"{stop.raised} at step {step}: checkpointed in "
-                                    + ", ".join(str(m.run_dir.path) for m in members if m.result is None))
+                                    + ", ".join(str(m.run_dir.path) for m in live))
 
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 model.eval()
-                train_loss, train_correct = evaluate(model, stacked["x_train"], stacked["y_train"], loss_fn, eval_chunk)
-                val_loss, val_correct = evaluate(model, stacked["x_val"], stacked["y_val"], loss_fn, eval_chunk)
+                train_loss, train_correct = evaluate(model, stacked["x_train"], stacked["y_train"], loss_fn, cfg.eval_batch)
+                val_loss, val_correct = evaluate(model, stacked["x_val"], stacked["y_val"], loss_fn, cfg.eval_batch)
                 model.train()
                 notes = []
-                for i, m in enumerate(members):
-                    if m.result is not None:  # stopped early; its slot still trains, unrecorded
-                        continue
+                for i, m in enumerate(live):
                     record = {"step": step, "train_loss": train_loss[i], "train_acc": train_correct[i].float().mean().item(),
                               "val_loss": val_loss[i], "val_acc": val_correct[i].float().mean().item()}
                     for name, mask in m.data.val_groups.items():
@@ -296,16 +296,30 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
                     notes += _log(m, record, f"seed {m.spec['seed']} " if K > 1 else "")
                     if cfg.patience is not None and m.milestones.held_since is not None \
                             and step - m.milestones.held_since >= cfg.patience:
-                        _finish(m, step, "target held", m.wall_before + (time.monotonic() - t0) / K, how)
+                        _finish(m, step, "target held", m.wall_before + clock.now(), how)
                 progress.update(step, _summary([m.record for m in members]), " ".join(notes))
-                if all(m.result is not None for m in members):
+                if all(m.result is not None for m in live):
                     break
+                if any(m.result is not None for m in live):  # members that stopped leave the stack
+                    keep = [i for i, m in enumerate(live) if m.result is None]
+                    opt_states = model.split(opt.state_dict())
+                    filter_states = model.split(b.grad_filter.state_dict()) if b.grad_filter is not None else None
+                    model.keep(keep)
+                    b.optimizer, b.grad_filter = optimizer_and_filter(specs[0], model)
+                    opt = b.optimizer
+                    opt.load_state_dict(model.join([opt_states[i] for i in keep]))
+                    if b.grad_filter is not None:
+                        b.grad_filter.load_state_dict(model.join([filter_states[i] for i in keep]))
+                    live = [live[i] for i in keep]
+                    stacked = {k: v[keep] for k, v in stacked.items()}
+                    clock.resize(len(live))
             if step == cfg.steps:
                 break
 
-            batch = torch.stack([m.sampler.next() for m in members])  # [K, batch]
+            batch = torch.stack([m.sampler.next() for m in live])  # [K, batch]
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * (min(step / cfg.warmup_steps, 1.0) if cfg.warmup_steps else 1.0)
+            rows = torch.arange(len(live), device=device)[:, None]  # member i's batch from member i's data
             y = stacked["y_train"][rows, batch]
             logits = step_forward(stacked["x_train"][rows, batch])
             # The sum of the members' mean losses: each member's gradient is its own run's.
@@ -316,10 +330,24 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
                 b.grad_filter.apply()
             opt.step()
     progress.close()
-    for m in members:
+    for m in live:
         if m.result is None:
-            _finish(m, step, "budget", m.wall_before + (time.monotonic() - t0) / K, how)
+            _finish(m, step, "budget", m.wall_before + clock.now(), how)
     return [m.result for m in members]
+
+
+class WallShare:
+    """A member's share of the wall time: the time elapsed divided by the members training in
+    it. Members that stop leave the stack, and from then on the rest share the time."""
+
+    def __init__(self, size: int):
+        self.before, self.since, self.size = 0.0, time.monotonic(), size
+
+    def now(self) -> float:
+        return self.before + (time.monotonic() - self.since) / self.size
+
+    def resize(self, size: int) -> None:
+        self.before, self.since, self.size = self.now(), time.monotonic(), size
 
 
 def _log(m: Member, record: dict, who: str) -> list[str]:
@@ -342,20 +370,18 @@ def _summary(records: list[dict]) -> dict:
     return {k: sum(r[k] for r in records) / len(records) for k in ("train_acc", "val_acc", "val_loss")}
 
 
-def _save_checkpoints(b: Built, step: int, device, wall_share: float) -> None:
+def _save_checkpoints(b: Built, live: list[Member], step: int, device, wall_share: float) -> None:
     """One checkpoint per running member, each in the format of a separate run."""
-    K = len(b.members)
     models = b.model.member_state_dicts()
     optimizers = b.model.split(b.optimizer.state_dict())
-    filters = b.model.split(b.grad_filter.state_dict()) if b.grad_filter is not None else [{}] * K
-    for i, m in enumerate(b.members):
-        if m.result is None:
-            m.run_dir.save_checkpoint({
-                "model": models[i], "optimizer": optimizers[i], "filter": filters[i],
-                "sampler": m.sampler.state_dict() if hasattr(m.sampler, "state_dict") else {},
-                "generator": m.generator.get_state(), **rng_states(device), "step": step,
-                "wall_s": m.wall_before + wall_share,
-            })
+    filters = b.model.split(b.grad_filter.state_dict()) if b.grad_filter is not None else [{}] * len(live)
+    for i, m in enumerate(live):
+        m.run_dir.save_checkpoint({
+            "model": models[i], "optimizer": optimizers[i], "filter": filters[i],
+            "sampler": m.sampler.state_dict() if hasattr(m.sampler, "state_dict") else {},
+            "generator": m.generator.get_state(), **rng_states(device), "step": step,
+            "wall_s": m.wall_before + wall_share,
+        })
 
 
 def _finish(m: Member, step: int, stop_reason: str, wall: float, how: dict) -> None:
