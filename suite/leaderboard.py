@@ -703,7 +703,10 @@ def terminal_summary(out: Path, written: list[str]) -> list[str]:
     lines = []
     for rel in written:
         if rel.endswith(".md") and "/" not in rel and rel not in ("index.md", "profile.md", "probes.md"):
-            lines += [line for line in (Path(out) / rel).read_text().splitlines() if line.startswith(("#", "|"))]
+            page = [line for line in (Path(out) / rel).read_text().splitlines() if line.startswith(("#", "|"))]
+            # a heading only where a table follows it (sampling sections hold just a plot)
+            lines += [line for i, line in enumerate(page)
+                      if line.startswith(("|", "# ")) or (i + 1 < len(page) and page[i + 1].startswith("|"))]
             lines += [f"plot: {Path(out) / png}" for png in written
                       if png.startswith(rel[:-3] + "/") and png.endswith(".accuracy.png")]
             lines.append("")
