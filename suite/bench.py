@@ -32,11 +32,10 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from suite.components.optimizers import ParamGroups
 from suite.measures import LOSSES
 from suite.registry import ALL, SuiteError
 from suite.rundir import write_json
-from suite.spec import component_settings, resolve, spec_id
+from suite.spec import resolve, spec_id
 
 SECTIONS = ("matmul", "steps", "ensembles", "probe", "compile")
 MODELS = {"mlp": {"model": "mlp", "opt": "adam"}, "transformer": {"model": "transformer", "opt": "adamw"}}
@@ -135,15 +134,13 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
     Built through the registry as the loop builds it. With compile_model, the first step's time
     (compiling forward and backward) is reported as compile_s and left out of the median.
     """
+    from suite.train import build_member, optimizer_and_filter
+
     torch.set_flush_denormal(True)  # as the loop does
-    data = ALL["task"].get(spec["task"]["name"]).build(spec["seed"], **component_settings(spec, "task")).to(device)
-    torch.manual_seed(spec["seed"])
-    model = ALL["model"].get(spec["model"]["name"]).build(data, **component_settings(spec, "model")).to(device)
-    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(ParamGroups.of(model), **component_settings(spec, "opt"))
-    generator = torch.Generator(device=device).manual_seed(spec["seed"])
-    sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
-    batch = sampler.next()
-    x, y = data.x_train[batch], data.y_train[batch]
+    member, model = build_member(spec, device)
+    optimizer, _ = optimizer_and_filter(spec, model)
+    batch = member.sampler.next()
+    x, y = member.data.x_train[batch], member.data.y_train[batch]
     loss_fn = LOSSES[spec["train"]["loss"]]
     forward = torch.compile(model) if compile_model else model
 
@@ -276,14 +273,14 @@ def compile_section(device: torch.device, options: Options) -> dict:
 
 def git_state() -> tuple[str | None, bool | None]:
     """HEAD's commit, and whether the checkout has uncommitted changes (figures then describe more than the commit)."""
-    cwd = Path(__file__).parent
+    from suite.train import git_commit
+
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).parent,
                                 capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
-        return None, None
-    return head.stdout.strip() or None, bool(status.stdout.strip()) if status.returncode == 0 else None
+        return git_commit(), None
+    return git_commit(), bool(status.stdout.strip()) if status.returncode == 0 else None
 
 
 def default_out(commit: str | None, started: datetime) -> Path:

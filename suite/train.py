@@ -120,21 +120,25 @@ def task_data(spec: dict):
 def build(specs: list[dict], device: torch.device) -> Built:
     """Everything a run needs, from its specs (one per seed). Raises SuiteError on bad input,
     before any file is written."""
-    members, models = [], []
-    for spec in specs:
-        check_train_config(TrainConfig(**spec["train"]))
-        data, model_entry = task_data(spec)
-        data = data.to(device)
-        torch.manual_seed(spec["seed"])  # the model's initialisation
-        models.append(model_entry.build(data, **component_settings(spec, "model")).to(device))
-        generator = torch.Generator(device=device).manual_seed(spec["seed"])
-        sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
-        members.append(Member(spec, data, sampler, generator))
+    members, models = zip(*(build_member(spec, device) for spec in specs))
+    members, models = list(members), list(models)
     reason = ensemble.blocker(specs, models, [m.data for m in members])
     if reason and len(specs) > 1:
         return Built(members, None, None, None, reason)
     model = Ensemble(models, stacked=reason is None)
     return Built(members, model, *optimizer_and_filter(specs[0], model))
+
+
+def build_member(spec: dict, device: torch.device) -> tuple[Member, torch.nn.Module]:
+    """One seed's data, batches and (plain, unstacked) model."""
+    check_train_config(TrainConfig(**spec["train"]))
+    data, model_entry = task_data(spec)
+    data = data.to(device)
+    torch.manual_seed(spec["seed"])  # the model's initialisation
+    model = model_entry.build(data, **component_settings(spec, "model")).to(device)
+    generator = torch.Generator(device=device).manual_seed(spec["seed"])
+    sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
+    return Member(spec, data, sampler, generator), model
 
 
 def optimizer_and_filter(spec: dict, model: torch.nn.Module):
@@ -218,8 +222,9 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     if b.sequential_reason:
         print(f"{len(specs)} seeds run one after the other: {b.sequential_reason}", file=sys.stderr)
         return [train([s], [d], device, [t], compile)[0] for s, d, t in zip(specs, run_dirs, trackers)]
-    members, model, opt, K = b.members, b.model, b.optimizer, len(specs)
-    how = {"ensemble_size": K, "device": str(device), "compiled": compile}  # recorded in each result
+    members, model, K = b.members, b.model, len(specs)
+    how = {"ensemble_size": K, "device": str(device), "compiled": compile,  # recorded in each result
+           "git_commit": git_commit()}
     cfg = TrainConfig(**specs[0]["train"])
     loss_fn = LOSSES[cfg.loss]
 
@@ -244,7 +249,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     start = steps.pop()
     if start:
         model.load_member_state_dicts([s["model"] for s in states])
-        opt.load_state_dict(model.join([s["optimizer"] for s in states]))
+        b.optimizer.load_state_dict(model.join([s["optimizer"] for s in states]))
         if b.grad_filter is not None:
             b.grad_filter.load_state_dict(model.join([s["filter"] for s in states]))
         set_rng_states(states[0], device)  # torch's global RNG, for anything that draws from it
@@ -264,6 +269,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
 
     live = list(members)  # the members still training, in the order of the stack
     stacked = {k: torch.stack([getattr(m.data, k) for m in live]) for k in ("x_train", "y_train", "x_val", "y_val")}
+    rows = torch.arange(K, device=device)[:, None]  # member i's batch comes from member i's data
     step_forward = torch.compile(model) if compile else model
     progress = Progress(cfg.steps, start, spec_id(specs[0])[:8] + (f" x{K}" if K > 1 else ""))
     clock, step = WallShare(K), start
@@ -302,33 +308,32 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
                     break
                 if any(m.result is not None for m in live):  # members that stopped leave the stack
                     keep = [i for i, m in enumerate(live) if m.result is None]
-                    opt_states = model.split(opt.state_dict())
+                    opt_states = model.split(b.optimizer.state_dict())
                     filter_states = model.split(b.grad_filter.state_dict()) if b.grad_filter is not None else None
                     model.keep(keep)
                     b.optimizer, b.grad_filter = optimizer_and_filter(specs[0], model)
-                    opt = b.optimizer
-                    opt.load_state_dict(model.join([opt_states[i] for i in keep]))
+                    b.optimizer.load_state_dict(model.join([opt_states[i] for i in keep]))
                     if b.grad_filter is not None:
                         b.grad_filter.load_state_dict(model.join([filter_states[i] for i in keep]))
                     live = [live[i] for i in keep]
                     stacked = {k: v[keep] for k, v in stacked.items()}
+                    rows = rows[: len(keep)]
                     clock.resize(len(live))
             if step == cfg.steps:
                 break
 
             batch = torch.stack([m.sampler.next() for m in live])  # [K, batch]
-            for group in opt.param_groups:
+            for group in b.optimizer.param_groups:
                 group["lr"] = group["base_lr"] * (min(step / cfg.warmup_steps, 1.0) if cfg.warmup_steps else 1.0)
-            rows = torch.arange(len(live), device=device)[:, None]  # member i's batch from member i's data
             y = stacked["y_train"][rows, batch]
             logits = step_forward(stacked["x_train"][rows, batch])
             # The sum of the members' mean losses: each member's gradient is its own run's.
             loss = loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
-            opt.zero_grad(set_to_none=True)
+            b.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if b.grad_filter is not None:
                 b.grad_filter.apply()
-            opt.step()
+            b.optimizer.step()
     progress.close()
     for m in live:
         if m.result is None:
@@ -399,12 +404,11 @@ def _finish(m: Member, step: int, stop_reason: str, wall: float, how: dict) -> N
         "final_val_loss": record["val_loss"],
         "steps": step,
         "stop_reason": stop_reason,
-        "wall_s": wall,  # in an ensemble of K, 1/K of its wall time up to this member's stop
+        "wall_s": wall,  # in an ensemble, this member's share of its wall time (WallShare)
         "steps_per_s": step / wall if wall > 0 else None,
         **how,
         "task_info": m.data.info,
         "suite_version": suite.__version__,
-        "git_commit": git_commit(),
         "torch_version": torch.__version__,
         "python": platform.python_version(),
     }

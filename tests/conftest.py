@@ -45,23 +45,16 @@ class PreemptAt:
 
 
 def build_one(spec):
-    """The plain pieces of a single run of spec (the model unstacked), built as suite.train.build does."""
+    """The plain pieces of a single run of spec (the model unstacked), as suite.train builds them."""
     from types import SimpleNamespace
 
     import torch
 
-    from suite.components.optimizers import ParamGroups
-    from suite.registry import ALL
-    from suite.spec import component_settings
-    from suite.train import task_data
+    from suite.train import build_member, optimizer_and_filter
 
-    data, model_entry = task_data(spec)
-    torch.manual_seed(spec["seed"])
-    model = model_entry.build(data, **component_settings(spec, "model"))
-    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(ParamGroups.of(model), **component_settings(spec, "opt"))
-    sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, torch.Generator().manual_seed(spec["seed"]),
-                                                                **component_settings(spec, "sampler"))
-    return SimpleNamespace(model=model, optimizer=optimizer, data=data, sampler=sampler)
+    member, model = build_member(spec, torch.device("cpu"))
+    optimizer, _ = optimizer_and_filter(spec, model)
+    return SimpleNamespace(model=model, optimizer=optimizer, data=member.data, sampler=member.sampler)
 
 
 @pytest.fixture
