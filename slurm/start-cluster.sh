@@ -47,8 +47,10 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     munge -n | unmunge >/dev/null
 fi
 
-# The node's layout as slurmd sees it; a node claiming more memory than it has is drained.
-layout=$(slurmd -C | head -n1 | sed -e 's/^NodeName=[^ ]* //' -e 's/ RealMemory=[0-9]*//')
+# The node as a count of CPUs, without its socket/core/thread layout: with a layout, Slurm gives
+# each job whole cores, so on a machine of one core with two hardware threads two 1-CPU tasks could
+# never run side by side. A node claiming more memory than it has is drained.
+cpus=$(slurmd -C | head -n1 | sed -n 's/.*CPUs=\([0-9]*\).*/\1/p')
 memory=$(slurmd -C | head -n1 | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
 memory=$((memory * 95 / 100))
 
@@ -70,7 +72,7 @@ SlurmdLogFile=/var/log/slurm/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
+SelectTypeParameters=CR_CPU_Memory
 DefMemPerCPU=1024
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
@@ -79,7 +81,7 @@ MailProg=/bin/true
 ReturnToService=2
 KillWait=10
 SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_min_interval=0,sched_interval=2
-NodeName=$host NodeAddr=127.0.0.1 $layout RealMemory=$memory State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 

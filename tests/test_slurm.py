@@ -191,29 +191,43 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     assert job.isdigit()
     (workdir,) = (root / "grids/slurmtest").iterdir()
     dirs = [RunDir(c.run_dir(root)) for c in cells]
+    chunks = json.loads((workdir / "manifest.json").read_text())["chunks"]  # task i: its seed groups' cells
+    tasks = {i: [dirs[c] for group in chunk for c in group] for i, chunk in enumerate(chunks)}
+    assert [len(pair) for pair in tasks.values()] == [2, 2]
     try:
-        # Tasks 0 and 1 (two ensembles of 2 seeds) run side by side. Once both are past a checkpoint: USR1 to task 1's batch
-        # shell (what --signal=B:USR1 does before the time limit: the script forwards it, the run
-        # checkpoints and the script requeues itself), then `scontrol requeue` task 0 (what an
-        # admin or a preemption does: SIGTERM to every process, then the job goes back to pending).
-        wait_until(lambda: all((d / "checkpoint.pt").exists() and d.status() == "running" for d in dirs),
-                   "tasks 0 and 1 running past a checkpoint")
-        try:  # Slurm 22.05 delivers the signal to an array task yet answers "can not be altered now",
-            # and scancel keeps retrying every few seconds, which would hit the requeued task: stop it
-            subprocess.run(["scancel", "--signal=USR1", "--batch", f"{job}_1"], capture_output=True, timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
-        requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True)
-        assert requeue.returncode == 0, requeue.stderr
+        # Each task (an ensemble of 2 seeds), once it runs past a checkpoint, is interrupted one way.
+        # Task 1: USR1 to its batch shell (what --signal=B:USR1 does before the time limit: the
+        # script forwards it, the run checkpoints and the script requeues itself). Task 0:
+        # `scontrol requeue` (what an admin or a preemption does: SIGTERM to every process, then the
+        # job goes back to pending). The tasks need not run at the same time: a cluster may give
+        # them one after the other.
+        interrupted = set()
 
-        def finished():
-            for line in squeue(job):  # a requeued task waits for its begin time: start it now
-                task, state, reason = line.split()
-                if state == "PD" and reason == "BeginTime":
-                    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], capture_output=True)
-            return not squeue(job) and all(d.finished for d in dirs)
+        def interrupt_each_then_finish():
+            for task, pair in tasks.items():
+                if task in interrupted or not all((d / "checkpoint.pt").exists() and d.status() == "running"
+                                                  for d in pair):
+                    continue
+                if task == 1:
+                    try:  # Slurm 22.05 delivers the signal to an array task yet answers "can not be altered
+                        # now", and scancel keeps retrying every few seconds, which would hit the requeued
+                        # task: stop it
+                        subprocess.run(["scancel", "--signal=USR1", "--batch", f"{job}_1"], capture_output=True,
+                                       timeout=2)
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True)
+                    assert requeue.returncode == 0, requeue.stderr
+                interrupted.add(task)
+            # A requeued task starts again after cred_expire (10 s in start-cluster.sh). Not sooner:
+            # `scontrol update StartTime=now` within the requeue's second gets it killed as
+            # "non-startable: Job credential revoked", and the job ends with its cells unfinished.
+            return not squeue(job)
 
-        wait_until(finished, "every cell finished and the job gone")
+        wait_until(interrupt_each_then_finish, "every task interrupted past a checkpoint, then the job gone")
+        assert interrupted == {0, 1}
+        assert all(d.finished for d in dirs), [d.status() for d in dirs]
     finally:
         subprocess.run(["scancel", job], capture_output=True)
 
