@@ -121,7 +121,7 @@ def cmd_grid(args) -> int:
     from suite import backends, grid
     from suite.slurm import TEMPLATE, SlurmOptions, find_sbatch, submit
 
-    g = grid.load(args.grid_file)
+    g = grid.load(args.grid_file).only(args.experiment)
     if args.backend == "slurm":  # check the options (and that sbatch exists) before anything else happens
         options = SlurmOptions.merge(g.slurm, partition=args.partition, time=args.time, gpus=args.gpus,
                                      cpus=args.cpus, mem=args.mem, account=args.account,
@@ -158,7 +158,7 @@ def cmd_grid(args) -> int:
 def cmd_status(args) -> int:
     from suite import backends, grid
 
-    g = grid.load(args.grid_file)
+    g = grid.load(args.grid_file).only(args.experiment)
     for line in backends.status_lines(g.cells, args.root, show_done=args.all):
         print(line)
     return 0
@@ -236,6 +236,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     p.add_argument("--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script")
+    _experiment_flag(p)
     _compile_flag(p)
     _wandb_flag(p)
     sl = p.add_argument_group("slurm (defaults from the grid file's [slurm] table)")
@@ -256,6 +257,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("grid_file")
     p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
     p.add_argument("--all", action="store_true", help="also list the cells that are done")
+    _experiment_flag(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("leaderboard", help="tables (Markdown, CSV), performance profile and plots from result files",
@@ -289,6 +291,11 @@ def _compile_flag(p) -> None:
     p.add_argument("--compile", action="store_true",
                    help="the training step's forward through torch.compile (default off: on this suite's small "
                         "models it did not pay for its compile time on CPU; see `suite bench`)")
+
+
+def _experiment_flag(p) -> None:
+    p.add_argument("--experiment", action="append", default=[], metavar="NAME",
+                   help="only the cells of this [[experiment]] block of the grid file (repeatable; default all)")
 
 
 def _wandb_flag(p) -> None:

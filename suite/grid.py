@@ -66,6 +66,17 @@ class Grid:
     cells: list[Cell]
     slurm: dict[str, Any] = field(default_factory=dict)
 
+    def only(self, experiments: list[str]) -> Grid:
+        """The same grid with only the cells of these experiments (all of them when none are named)."""
+        known = list(dict.fromkeys(c.experiment for c in self.cells))
+        for name in experiments:
+            if name not in known:
+                raise SuiteError(f"{self.path} has no experiment '{name}'{_closest(name, known)}; "
+                                 f"known: {', '.join(known)}")
+        if not experiments:
+            return self
+        return Grid(self.name, self.path, [c for c in self.cells if c.experiment in experiments], self.slurm)
+
 
 def load(path: str | Path) -> Grid:
     """Read, check and expand a grid file. Raises SuiteError (one line) on any bad input."""

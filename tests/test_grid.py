@@ -121,6 +121,32 @@ def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, text,
     assert not (tmp_path / "runs").exists()
 
 
+def test_experiment_flag_picks_blocks_and_names_the_closest_on_a_typo(tmp_path, capsys):
+    grid = write(tmp_path, """
+        [fixed]
+        p = 11
+        [[experiment]]
+        name = "optimizers"
+        axes = { opt = ["adam", "sgd"] }
+        [[experiment]]
+        name = "filters"
+        axes = { filter = ["grokfast_ema", "orthograd"] }
+    """)
+    root = tmp_path / "runs"
+    cells = load(grid).cells
+    assert main(["grid", str(grid), "--dry-run", "--root", str(root), "--experiment", "filters"]) == 0
+    listed = capsys.readouterr().out.split()[::2]
+    assert listed == [str(c.run_dir(root)) for c in cells if c.experiment == "filters"] and len(listed) == 2
+    assert main(["status", str(grid), "--root", str(root), "--experiment", "optimizers",
+                 "--experiment", "filters"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "4 cells: 0 done, 4 missing"
+    for command in ("grid", "status"):
+        assert main([command, str(grid), "--root", str(root), "--experiment", "filter"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {grid} has no experiment 'filter' (did you mean 'filters'?); known: optimizers, filters"]
+    assert not root.exists()
+
+
 def test_missing_grid_file(tmp_path, capsys):
     assert main(["grid", str(tmp_path / "nope.toml")]) == 2
     assert "does not exist" in capsys.readouterr().err
