@@ -229,8 +229,17 @@ def _stats(values: list) -> tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
 
-def summarise(group: pd.DataFrame, budget: int) -> dict:
-    """One method in one cell: milestones reached within the budget, over its seeds."""
+def best_val_acc(metrics: pd.DataFrame | None, budget: int) -> float:
+    """The highest val accuracy a run evaluated within the budget (nan without metrics)."""
+    if metrics is None or "val_acc" not in metrics:
+        return math.nan
+    within = metrics.loc[metrics["step"] <= budget, "val_acc"].dropna()
+    return float(within.max()) if len(within) else math.nan
+
+
+def summarise(group: pd.DataFrame, budget: int, best_val: list[float]) -> dict:
+    """One method in one cell: milestones reached within the budget, over its seeds; best_val:
+    each seed's highest val accuracy within the budget."""
     def within(column):
         return [int(v) for v in group[column] if pd.notna(v) and v <= budget]
 
@@ -240,12 +249,14 @@ def summarise(group: pd.DataFrame, budget: int) -> dict:
     n = len(group)
     ttt = float(np.median([float(v) if pd.notna(v) and v <= budget else math.inf for v in group["grok_step"]]))
     walls = [float(v) for v in group["wall_s"] if pd.notna(v)]
+    best_val = [v for v in best_val if not math.isnan(v)]
     return {
         "seeds": n, "memorized": len(mem), "grokked": len(grok), "success_rate": len(grok) / n,
         **dict(zip(("memorization_median", "memorization_min", "memorization_max"), _stats(mem))),
         **dict(zip(("grok_median", "grok_min", "grok_max"), _stats(grok))),
         "n_delay": len(delay), **dict(zip(("delay_median", "delay_min", "delay_max"), _stats(delay))),
         "time_to_target": ttt, "wall_s_median": float(np.median(walls)) if walls else math.nan,
+        **dict(zip(("best_val_median", "best_val_min", "best_val_max"), _stats(best_val))),
     }
 
 
@@ -285,7 +296,8 @@ def cell_tables(col: Collection) -> pd.DataFrame:
             rows.append({"task": cell["task.name"], "model": cell["model.name"], "cell_id": cell_id,
                          "cell_label": col.cell_label(cell), "method_id": method_id,
                          "method": col.method_label(col.methods[method_id]), "settings": col.methods[method_id],
-                         "budget": budget, **summarise(group, budget)})
+                         "budget": budget,
+                         **summarise(group, budget, [best_val_acc(col.metrics.get(d), budget) for d in group["dir"]])})
         candidates = [r for r in rows if is_plain(r["settings"])]
         for r in rows:
             base = pick_baseline(r["settings"], candidates)
@@ -344,6 +356,10 @@ def milestone_text(median: float, lo: float, hi: float, k: int, n: int) -> str:
     return text + (f" ({k}/{n})" if k < n else "")
 
 
+def accuracy_text(median: float, lo: float, hi: float) -> str:
+    return "-" if math.isnan(median) else f"{median:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
 def ratio_text(x: float) -> str:
     if math.isnan(x):
         return "-"
@@ -377,7 +393,8 @@ def settings_text(settings: dict, kind: str) -> str:
 
 CSV_COLUMNS = ["cell", "row", "method", "seeds", "grokked", "success_rate", "memorization_median", "memorization_min",
                "memorization_max", "grok_median", "grok_min", "grok_max", "delay_median", "delay_min", "delay_max",
-               "time_to_target", "speedup", "baseline", "wall_s_median", "budget", "method_settings"]
+               "best_val_median", "best_val_min", "best_val_max", "time_to_target", "speedup", "baseline",
+               "wall_s_median", "budget", "method_settings"]
 
 
 def write_csv(df: pd.DataFrame) -> str:
@@ -658,6 +675,8 @@ DEFINITIONS = """\
   threshold / val acc >= the target, and grok - memorization: median over the seeds that
   reached it, [min, max] over the same seeds, (k/n) when only k of n seeds reached it.
 - **success**: seeds that grokked within the budget / seeds.
+- **best val**: each seed's highest evaluated val accuracy within the budget: median [min, max]
+  over the seeds. Where nothing groks (one-hot inputs, text) it says how far the runs got.
 - **time to target**: median grok step over all seeds, a seed that failed counting as
   infinity (AlgoPerf), so `inf` when at least half the seeds failed.
 - **speed-up**: the baseline row's time to target / this row's (`inf`: only this row reached
@@ -745,13 +764,14 @@ def _write_pair(writer: Output, col: Collection, task: str, model: str, rows: pd
                          milestone_text(r.memorization_median, r.memorization_min, r.memorization_max, r.memorized, r.seeds),
                          milestone_text(r.grok_median, r.grok_min, r.grok_max, r.grokked, r.seeds),
                          milestone_text(r.delay_median, r.delay_min, r.delay_max, r.n_delay, r.seeds),
+                         accuracy_text(r.best_val_median, r.best_val_min, r.best_val_max),
                          steps_text(r.time_to_target), ratio_text(r.speedup),
                          f"#{r.baseline_row}" if r.baseline_row else "-",
                          "-" if math.isnan(r.wall_s_median) else f"{r.wall_s_median:.1f}"])
             csv_rows.append({**{k: getattr(r, k) for k in CSV_COLUMNS if k not in ("cell", "method_settings")},
                              "cell": label, "method_settings": json.dumps(r.settings, sort_keys=True)})
-        lines.append(md_table(["#", "method", "seeds", "success", "memorization", "grok", "delay", "time to target",
-                               "speed-up", "baseline", "wall s"], body, right={0, 2, 3, 4, 5, 6, 7, 8, 9, 10}))
+        lines.append(md_table(["#", "method", "seeds", "success", "memorization", "grok", "delay", "best val",
+                               "time to target", "speed-up", "baseline", "wall s"], body, right=set(range(12)) - {1}))
         images = _cell_plots(writer, col, name, slug(label, taken), label or f"{task} / {model}", cell_rows, cell_runs)
         lines.append("\n".join(f"![{what}]({path})" for what, path in images) + "\n" if images else "")
     for group_label, path in _sampling_plots(writer, col, name, rows, taken):

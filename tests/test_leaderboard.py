@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from suite.cli import main
-from suite.leaderboard import CellLabels, MethodLabels, generate, is_plain, performance_profile, pick_baseline, summarise
+from suite.leaderboard import CellLabels, MethodLabels, best_val_acc, generate, is_plain, performance_profile, pick_baseline, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "leaderboard"
@@ -129,11 +129,21 @@ def test_time_to_target_is_the_median_with_failures_as_inf():
     def group(*grok):
         return pd.DataFrame({"memorization_step": [10] * len(grok), "grok_step": list(grok), "wall_s": [1.0] * len(grok)})
 
-    assert summarise(group(100, None, 300), budget=1000)["time_to_target"] == 300
-    assert math.isinf(summarise(group(100, None), budget=1000)["time_to_target"])
-    late = summarise(group(100, 2000), budget=1500)  # grokked after the cell's budget: a failure
+    assert summarise(group(100, None, 300), budget=1000, best_val=[])["time_to_target"] == 300
+    assert math.isinf(summarise(group(100, None), budget=1000, best_val=[])["time_to_target"])
+    late = summarise(group(100, 2000), budget=1500, best_val=[])  # grokked after the cell's budget: a failure
     assert late["grokked"] == 1 and math.isinf(late["time_to_target"]) and late["grok_median"] == 100
     assert late["delay_median"] == 90
+
+
+def test_best_val_is_the_highest_evaluation_within_the_budget():
+    metrics = pd.DataFrame({"step": [0, 50, 100, 150], "val_acc": [0.01, 0.72, 0.70, 0.95]})
+    assert best_val_acc(metrics, budget=100) == 0.72  # the 0.95 came after the budget
+    assert best_val_acc(metrics, budget=1000) == 0.95
+    assert math.isnan(best_val_acc(None, budget=100))
+    group = pd.DataFrame({"memorization_step": [10, 10, 10], "grok_step": [None] * 3, "wall_s": [1.0] * 3})
+    row = summarise(group, budget=100, best_val=[0.68, 0.72, math.nan])  # a seed without metrics is left out
+    assert (row["best_val_median"], row["best_val_min"], row["best_val_max"]) == (0.70, 0.68, 0.72)
 
 
 def test_performance_profile_scores():
