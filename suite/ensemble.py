@@ -73,6 +73,23 @@ class Ensemble(nn.Module):
     def _member_forward(self, params, buffers, x):
         return functional_call(self.base, (params, buffers), (x,))
 
+    def lay_out_like_gradients(self, x: torch.Tensor) -> None:
+        """Store each stacked parameter in the memory layout its gradient has when it leaves the
+        vmapped backward (a Linear weight's comes out transposed), found by one backward pass on
+        x. Autograd then takes every step's gradient as it is instead of copying it into the
+        parameter's layout (~0.5 ms of a 10 ms MLP step). Only where elements live changes: the
+        values, and every result, stay the same. Call it before the optimizer exists."""
+        if self.single is not None:
+            return
+        params = [self.stacked(n) for n in self._names]
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+            out = self(x)
+            grads = torch.autograd.grad(out, params, torch.ones_like(out), allow_unused=True)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                if g is not None and g.stride() != p.stride() and _outer_first(g).is_contiguous():
+                    p.data = torch.empty_strided(p.shape, g.stride(), dtype=p.dtype, device=p.device).copy_(p)
+
     @property
     def embedding_weight(self):
         if self.single is not None:
@@ -97,9 +114,9 @@ class Ensemble(nn.Module):
         """Go on with these members only (the others stopped early). The parameters are new
         tensors: build the optimizer and filter again and load their split states."""
         for name in self._names:
-            setattr(self, _key(name), nn.Parameter(self.stacked(name)[members].clone()))
+            setattr(self, _key(name), nn.Parameter(_stack_like([self.stacked(name)[i] for i in members])))
         for name in self._buffer_names:
-            setattr(self, _key(name), self.stacked(name)[members].clone())
+            setattr(self, _key(name), _stack_like([self.stacked(name)[i] for i in members]))
         self.size = len(members)
 
     def split(self, state) -> list:
@@ -149,12 +166,26 @@ def stack_states(states: list):
     """The inverse of split_state."""
     first = states[0]
     if torch.is_tensor(first):
-        return torch.stack(states) if first.dim() else first
+        return _stack_like(states) if first.dim() else first
     if isinstance(first, dict):
         return {k: stack_states([s[k] for s in states]) for k in first}
     if isinstance(first, (list, tuple)):
         return type(first)(stack_states(list(column)) for column in zip(*states))
     return first
+
+
+def _outer_first(t: torch.Tensor) -> torch.Tensor:
+    """t with its dimensions ordered by stride, outermost first (contiguous if t's layout is a
+    permutation of a contiguous one, as a transposed weight's is)."""
+    return t.permute(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
+
+
+def _stack_like(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """torch.stack, keeping the members' memory layout (a transposed weight stays transposed)."""
+    first = tensors[0]
+    order = sorted(range(first.dim()), key=lambda d: -first.stride(d))
+    stacked = torch.stack([t.permute(order) for t in tensors])
+    return stacked.permute(0, *(order.index(d) + 1 for d in range(first.dim())))
 
 
 def _without_seed(spec: dict) -> dict:

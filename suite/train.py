@@ -126,6 +126,7 @@ def build(specs: list[dict], device: torch.device) -> Built:
     if reason and len(specs) > 1:
         return Built(members, None, None, None, reason)
     model = Ensemble(models, stacked=reason is None)
+    model.lay_out_like_gradients(torch.stack([m.data.x_train[:8] for m in members]))
     return Built(members, model, *optimizer_and_filter(specs[0], model))
 
 

@@ -123,6 +123,30 @@ def test_split_and_stack_are_inverse_on_an_optimizer_state():
     assert back["state"][0]["step"] == state["state"][0]["step"] and back["param_groups"] == state["param_groups"]
 
 
+def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layout():
+    # A Linear weight's gradient leaves the vmapped backward transposed; the stacked weight is
+    # stored that way, so autograd hands the gradient over as it is (no copy into another layout),
+    # and dropping members or restacking saved states keeps the layout.
+    from suite.train import build
+
+    b = build(_specs({}, {**SMALL, "d": 16, "hidden": 32}), CPU)
+    W = b.model.stacked("hidden.weight")
+    assert W.stride() == (32 * 64, 1, 32)  # [K, hidden, 4 * d] stored transposed
+    grads = {}
+    for name in b.model._names:
+        b.model.stacked(name).register_hook(lambda g, name=name: grads.__setitem__(name, g.stride()))
+    x = torch.stack([m.data.x_train for m in b.members])
+    b.model(x).square().sum().backward()
+    assert all(grads[n] == b.model.stacked(n).stride() for n in b.model._names)
+    b.optimizer.step()
+    exp_avg = b.optimizer.state[W]["exp_avg"]
+    assert exp_avg.stride() == W.stride()
+    assert stack_states(split_state(exp_avg, 3)).stride() == W.stride()
+    b.model.keep([0, 2])
+    kept = b.model.stacked("hidden.weight")
+    assert kept.stride() == (32 * 64, 1, 32) and torch.equal(kept[1], W[2])
+
+
 def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
     args = ["run", "--root", tmp_path, "--set", "p=11", "--set", "train.steps=20", "--set", "d=8", "--set", "hidden=16"]
     out = run_cli(*args, "--seeds", "0-1,4")
