@@ -22,7 +22,8 @@ def test_grokfast_grid_is_the_preset():
     grid = load(REPO / "suite/grids/grokfast.toml")
     ids = sorted(cell.id for cell in grid.cells)
     expected = []
-    for choices in ({"filter": "grokfast_ema"}, {"filter": "grokfast_ma"}, {}):
-        choices, settings = apply("grokfast", choices, {"train.patience": 0})
+    for choices, extra in (({"filter": "grokfast_ema"}, {}), ({"filter": "grokfast_ma"}, {}),
+                           ({}, {"train.eval_every": 100})):  # the 40k-step baseline evaluates every 10 epochs
+        choices, settings = apply("grokfast", choices, {"train.patience": 0, **extra})
         expected.append(spec_id(resolve(choices, settings, 0)))
     assert ids == sorted(expected)
