@@ -52,10 +52,15 @@ def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[list[float], torch.
 def sigma_max(w: torch.Tensor) -> float:
     """The largest singular value, as the square root of the top eigenvalue of the smaller Gram
     matrix: half the time of an SVD for the MLP's 512 x 512 W, equal to it within float32 rounding
-    (the largest eigenvalue keeps its relative accuracy when squared)."""
+    (the largest eigenvalue keeps its relative accuracy when squared). w is scaled to a largest
+    entry of 1 first, so that squaring a decayed, tiny w cannot underflow to 0."""
     w = w.detach().float().flatten(1)
+    scale = w.abs().max()
+    if scale == 0:
+        return 0.0
+    w = w / scale
     gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
-    return torch.linalg.eigvalsh(gram)[-1].clamp(min=0).sqrt().item()
+    return (scale * torch.linalg.eigvalsh(gram)[-1].clamp(min=0).sqrt()).item()
 
 
 def frequency_quartiles(token_freq: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -85,7 +90,8 @@ def progress_measures(model, data: TaskData) -> dict[str, float]:
         out[f"emb_norm_{bucket}"] = norms[ids].mean().item() if len(ids) else float("nan")
     W = getattr(model, "coupled_weight", None)
     if W is not None:
-        out["sigma_ratio"] = sigma_max(E) / sigma_max(W)
+        sigma_w = sigma_max(W)
+        out["sigma_ratio"] = sigma_max(E) / sigma_w if sigma_w else float("nan")  # W decayed to exactly 0
     if data.number_tokens is not None and len(data.number_tokens) > 1:
         numbers = E[data.number_tokens]
         out["med"] = (numbers[1:] - numbers[:-1]).norm(dim=1).mean().item()

@@ -1,5 +1,7 @@
 """Optimizers, samplers and the MLP: the pieces the loop wires together."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,6 +69,24 @@ def test_adaptive_c_follows_the_proposition():
     assert opt.param_groups[0]["c"] == pytest.approx(expected, rel=1e-5)
     assert opt.param_groups[0]["lr"] == pytest.approx(expected * opt.param_groups[1]["lr"], rel=1e-5)
     assert sum(hits) / 3 < 1  # a batch of 8 leaves some rows without gradient
+
+
+def test_sigma_max_is_the_spectral_norm_at_any_scale_and_a_zero_w_gives_no_ratio():
+    from types import SimpleNamespace
+
+    from suite.measures import progress_measures, sigma_max
+
+    g = torch.Generator().manual_seed(0)
+    for shape in ((512, 512), (384, 128), (99, 128)):
+        w = torch.randn(*shape, generator=g)
+        exact = torch.linalg.matrix_norm(w.double(), ord=2).item()
+        for scale in (1.0, 1e-25, 1e20):  # weight decay can leave W tiny: its square must not underflow
+            assert sigma_max(w * scale) == pytest.approx(exact * scale, rel=1e-5)
+    assert sigma_max(torch.zeros(4, 3)) == 0.0
+    data = built(p=13).data
+    E = torch.randn(data.vocab_size, 8, generator=g)
+    measures = progress_measures(SimpleNamespace(embedding_weight=E, coupled_weight=torch.zeros(16, 32)), data)
+    assert math.isnan(measures["sigma_ratio"]) and measures["emb_norm_rare"] > 0
 
 
 def test_random_sampler_draws_distinct_examples_reproducibly():

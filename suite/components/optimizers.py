@@ -91,7 +91,7 @@ class AdaptiveAdamLR(torch.optim.Adam):
 
     def __init__(self, groups: ParamGroups, lr, every, c_min, c_max, **adam_kw):
         self.E, self.W = groups.embedding[0], groups.coupled
-        c = self._clamp(sigma_max(self.E) / sigma_max(self.W), c_min, c_max)  # f_E unknown yet: 1
+        c = self._clamp(self._sigma_ratio(), c_min, c_max)  # f_E unknown yet: 1
         super().__init__(
             [{"params": groups.embedding, "lr": c * lr, "c": c, "rows_hit": 0.0, "steps_seen": 0},
              {"params": groups.rest, "lr": lr}],
@@ -103,6 +103,9 @@ class AdaptiveAdamLR(torch.optim.Adam):
     def _clamp(c, lo, hi):
         return min(max(c, lo), hi)
 
+    def _sigma_ratio(self) -> float:
+        return sigma_max(self.E) / max(sigma_max(self.W), 1e-30)  # a W decayed to 0: c goes to c_max
+
     @torch.no_grad()
     def step(self, closure=None):
         emb, rest = self.param_groups
@@ -111,7 +114,7 @@ class AdaptiveAdamLR(torch.optim.Adam):
             emb["steps_seen"] += 1
         if emb["steps_seen"] >= self.every:
             f_e = max(emb["rows_hit"] / emb["steps_seen"], 1e-8)
-            emb["c"] = self._clamp(sigma_max(self.E) / sigma_max(self.W) / f_e, self.c_min, self.c_max)
+            emb["c"] = self._clamp(self._sigma_ratio() / f_e, self.c_min, self.c_max)
             emb["rows_hit"], emb["steps_seen"] = 0.0, 0
         emb["lr"] = emb["c"] * rest["lr"]  # rest["lr"] already carries any warmup
         return super().step(closure)
