@@ -109,6 +109,15 @@ class Ensemble(nn.Module):
         E, W = self.embedding_weight, self.coupled_weight
         return SimpleNamespace(embedding_weight=None if E is None else E[i], coupled_weight=None if W is None else W[i])
 
+    def alone(self) -> nn.Module:
+        """The ensemble of one as a plain model for measures that differentiate through it (the
+        Hessian): inputs [batch, ...] -> logits [batch, classes], computed by the same vmapped
+        kernels as training, with E and W the stacked parameters (a leading axis of 1)."""
+        if self.single is not None:
+            return self.single
+        assert self.size == 1, "alone() is the ensemble of one"
+        return _Alone(self)
+
     @torch.no_grad()
     def keep(self, members: list[int]) -> None:
         """Go on with these members only (the others stopped early). The parameters are new
@@ -139,6 +148,18 @@ class Ensemble(nn.Module):
         with torch.no_grad():
             for name, value in self.join(states).items():
                 self.stacked(name).copy_(value)
+
+
+class _Alone(nn.Module):
+    def __init__(self, ensemble: Ensemble):
+        super().__init__()
+        self.ensemble = ensemble
+
+    embedding_weight = property(lambda self: self.ensemble.embedding_weight)
+    coupled_weight = property(lambda self: self.ensemble.coupled_weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ensemble(x.unsqueeze(0))[0]
 
 
 def _key(name: str) -> str:
@@ -201,8 +222,8 @@ def blocker(specs: list[dict], models: list[nn.Module], datas: list) -> str | No
         entry = ALL[kind].get(first[kind]["name"])
         if not entry.info.get("elementwise"):
             return f"{'optimizer' if kind == 'opt' else 'filter'} '{entry.name}' is not elementwise"
-    if first["train"].get("hessian_every"):
-        return "Hessian measures are per model"
+    if len(specs) > 1 and first["train"].get("hessian_every"):
+        return "Hessian measures are per model"  # one run measures its ensemble of one (Ensemble.alone)
     for module in models[0].modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             return f"the model has BatchNorm ({type(module).__name__}), whose statistics are per model"

@@ -299,7 +299,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
                         record[f"val_acc_{name}"] = val_correct[i][mask].float().mean().item()
                     record |= progress_measures(model.member(i), m.data)
                     if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:  # K == 1 (blocker)
-                        record |= hessian_measures(model.member(i), m.data.x_train, m.data.y_train, loss_fn, cfg.eval_batch)
+                        record |= hessian_measures(model.alone(), m.data.x_train, m.data.y_train, loss_fn, cfg.eval_batch)
                     notes += _log(m, record, f"seed {m.spec['seed']} " if K > 1 else "")
                     if cfg.patience is not None and m.milestones.held_since is not None \
                             and step - m.milestones.held_since >= cfg.patience:
