@@ -154,6 +154,7 @@ class _Alone(nn.Module):
     def __init__(self, ensemble: Ensemble):
         super().__init__()
         self.ensemble = ensemble
+        self.training = ensemble.training  # so that restoring the mode afterwards restores the ensemble's
 
     embedding_weight = property(lambda self: self.ensemble.embedding_weight)
     coupled_weight = property(lambda self: self.ensemble.coupled_weight)
