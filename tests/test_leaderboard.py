@@ -56,6 +56,27 @@ def test_regenerating_writes_the_same_bytes_plots_included(board, tmp_path):
     assert files(tmp_path) == files(board)
 
 
+COMMITTED = sorted(p.parent.name for p in (REPO / "leaderboards").glob("*/runs"))
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_each_committed_leaderboard_regenerates_from_its_committed_runs(name, tmp_path):
+    # leaderboards/<grid>/runs holds the result files the grid wrote on this project's machine;
+    # the tables beside them must be exactly what the leaderboard makes of those files.
+    committed = REPO / "leaderboards" / name
+    run_leaderboard(tmp_path, root=f"leaderboards/{name}/runs")
+    expected = {k: v for k, v in files(committed, TABLES).items() if not k.startswith("runs/") and k != "README.md"}
+    got = files(tmp_path, TABLES)
+    assert sorted(got) == sorted(expected)
+    for table in expected:
+        assert got[table] == expected[table], f"leaderboards/{name}/{table} is not what its runs give"
+
+
+def test_every_committed_leaderboard_keeps_its_runs():
+    boards = {p.parent.name for p in (REPO / "leaderboards").glob("*/index.md")}
+    assert boards and boards == set(COMMITTED)
+
+
 def test_headers_say_how_the_tables_were_made(board):
     page, index = (board / "modular-mlp.md").read_text(), (board / "index.md").read_text()
     commits = {json.loads(p.read_text())["git_commit"][:12] for p in (FIXTURE / "runs").rglob("result.json")}
