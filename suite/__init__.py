@@ -1,10 +1,12 @@
 """A benchmark suite for grokking: tasks x models x optimizers, one training loop, plain results."""
 
+from suite.contracts import GradFilter, Sampler
 from suite.registry import (
     SuiteError,
     register_filter,
     register_model,
     register_optimizer,
+    register_runner,
     register_sampler,
     register_task,
 )
@@ -12,11 +14,14 @@ from suite.registry import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "GradFilter",
+    "Sampler",
     "SuiteError",
     "TaskData",
     "register_filter",
     "register_model",
     "register_optimizer",
+    "register_runner",
     "register_sampler",
     "register_task",
 ]

@@ -1,27 +1,33 @@
-"""Name -> builder registries for tasks, models, optimizers, samplers and gradient filters.
+"""Name -> builder registries for tasks, models, optimizers, samplers, gradient filters and
+runners.
 
 A component is a plain function (or class) registered under a name. Its parameters with
 defaults are the settings a user can change (`--set key=value`); the ones without defaults
-are what the engine wires in (the task's data, the model's parameter groups, ...). Types come
+are what the engine wires in (the task's data, the model's parameter groups, ...): each
+kind's contract (suite/contracts.py) is checked as the component registers. Types come
 from the annotations (`Literal[...]` for a fixed set of choices), so the CLI can parse,
-check and list every setting without any extra declaration.
+check and list every setting without any extra declaration. Each entry remembers where it
+was defined; a name is registered once (override=True replaces on purpose).
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import importlib
 import inspect
 import pkgutil
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable, Literal
 
+from suite.contracts import CONTRACTS, check, where
+from suite.errors import SuiteError
 
-class SuiteError(Exception):
-    """Bad input from the user: reported as one line on stderr, exit code 2."""
+
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class Entry:
     build: Callable
     params: dict[str, Param]
     info: dict[str, Any] = field(default_factory=dict)
+    origin: str = ""  # file:line of the builder
 
     @property
     def summary(self) -> str:
@@ -130,16 +137,27 @@ def params_of(fn: Callable) -> dict[str, Param]:
 
 
 class Registry:
-    def __init__(self, kind: str):
-        self.kind = kind
+    """Name -> Entry for one kind. Registering a taken name is an error unless the decorator
+    says override=True (the same builder registered again, as a reloaded module does, is not
+    a clash)."""
+
+    def __init__(self, kind: str, word: str | None = None):
+        self.kind, self.word = kind, word or kind  # the spec's key ("opt") and the word for messages ("optimizer")
+        self.contract = CONTRACTS.get(kind)
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str | None = None, **info):
+    def register(self, name: str | None = None, *, override: bool = False, **info):
         """Decorator: `@register_model("mlp", inputs=("tokens", "image"))`."""
 
         def deco(fn):
             key = name or fn.__name__
-            self._entries[key] = Entry(self.kind, key, fn, params_of(fn), info)
+            if self.contract is not None:
+                check(self.contract, key, fn, info)
+            old = self._entries.get(key)
+            if old is not None and not override and _qualname(old.build) != _qualname(fn):
+                raise SuiteError(f"{where(fn)}: {self.word} '{key}' is already registered by {old.origin}; "
+                                 f"pick another name, or register with override=True to replace it")
+            self._entries[key] = Entry(self.kind, key, fn, params_of(fn), info, where(fn))
             return fn
 
         return deco
@@ -148,19 +166,25 @@ class Registry:
         discover()
         if name not in self._entries:
             known = sorted(self._entries)
-            raise SuiteError(f"unknown {self.kind} '{name}'{_closest(name, known)}; known: {', '.join(known)}")
+            raise SuiteError(f"unknown {self.word} '{name}'{_closest(name, known)}; known: {', '.join(known)}")
         return self._entries[name]
 
-    def names(self) -> list[str]:
+    def names(self, pattern: str = "*") -> list[str]:
+        """Registered names, sorted; those matching a shell-style pattern ('adam*') if given."""
         discover()
-        return sorted(self._entries)
+        return sorted(n for n in self._entries if fnmatch.fnmatchcase(n, pattern))
+
+
+def _qualname(fn) -> str:
+    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 TASKS = Registry("task")
 MODELS = Registry("model")
-OPTIMIZERS = Registry("optimizer")
+OPTIMIZERS = Registry("opt", "optimizer")
 SAMPLERS = Registry("sampler")
 FILTERS = Registry("filter")
+RUNNERS = Registry("runner")  # for tasks that train nothing; not a part of specs
 ALL = {"task": TASKS, "model": MODELS, "opt": OPTIMIZERS, "sampler": SAMPLERS, "filter": FILTERS}
 
 register_task = TASKS.register
@@ -168,14 +192,18 @@ register_model = MODELS.register
 register_optimizer = OPTIMIZERS.register
 register_sampler = SAMPLERS.register
 register_filter = FILTERS.register
+register_runner = RUNNERS.register
 
 # Built-in components: every module of these packages registers itself on import.
 _BUILTIN_PACKAGES = ("tasks", "models", "suite.components")
+ENTRY_POINT_GROUPS = ("suite.tasks", "suite.models", "suite.optimizers", "suite.samplers", "suite.filters",
+                      "suite.runners")
 _discovered = False
 
 
 def discover() -> None:
-    """Import the built-in component modules and every installed entry point, once."""
+    """Import the built-in component modules and every installed entry point, once. A module
+    that fails to import costs one warning line; the rest stay usable."""
     global _discovered
     if _discovered:
         return
@@ -183,7 +211,15 @@ def discover() -> None:
     for pkg_name in _BUILTIN_PACKAGES:
         pkg = importlib.import_module(pkg_name)
         for mod in pkgutil.iter_modules(pkg.__path__):
-            importlib.import_module(f"{pkg_name}.{mod.name}")
-    for group in ("suite.tasks", "suite.models", "suite.optimizers", "suite.samplers", "suite.filters"):
+            _load(f"{pkg_name}.{mod.name}", lambda name=f"{pkg_name}.{mod.name}": importlib.import_module(name))
+    for group in ENTRY_POINT_GROUPS:
         for ep in entry_points(group=group):
-            ep.load()
+            _load(f"entry point {ep.name} ({ep.value})", ep.load)
+
+
+def _load(what: str, load: Callable) -> None:
+    try:
+        load()
+    except Exception as err:  # a user's broken module must not take `list` and every run down with it
+        message = str(err).splitlines()[0] if str(err) else ""
+        print(f"warning: skipped {what}: {type(err).__name__}: {message}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 A filter is built from the list of trainable parameters; `apply()` rewrites their .grad in
 place; `state_dict()` / `load_state_dict()` carry its state through checkpoints (tensors
-and numbers only, so checkpoints load with weights_only=True). 'none' builds nothing.
+and numbers only, so checkpoints load with weights_only=True). 'none' changes nothing.
 Filters sit between backward and the optimizer, so they compose with every optimizer
 (Adam-LR included). A filter registered with elementwise=True treats every gradient element
 on its own and keeps any state with the parameter's axes first, so it runs exactly on an
@@ -21,16 +21,22 @@ from __future__ import annotations
 
 import torch
 
+from suite.contracts import GradFilter
 from suite.registry import SuiteError, register_filter
 
 
 @register_filter("none", elementwise=True)
-def no_filter(params):
+class NoFilter(GradFilter):
     """No filter: the optimizer sees the raw gradients."""
-    return None
+
+    def __init__(self, params):
+        pass
+
+    def apply(self) -> None:
+        pass
 
 
-class GrokfastEMA:
+class GrokfastEMA(GradFilter):
     """Per parameter, ema <- alpha * ema + (1 - alpha) * g, then g <- g + lamb * ema.
 
     The EMA is updated with the current gradient before it is added (as in grokfast.py), and
@@ -59,7 +65,7 @@ class GrokfastEMA:
         self.ema = [None if e is None else e.clone() for e in state["ema"]]
 
 
-class GrokfastMA:
+class GrokfastMA(GradFilter):
     """Per parameter, g <- g + lamb * mean of the last `window` gradients (this one included).
 
     As in grokfast.py (warmup=True), gradients are collected from the first step but the
@@ -94,7 +100,7 @@ class GrokfastMA:
         self.seen = [int(n) for n in state["seen"]]
 
 
-class OrthoGrad:
+class OrthoGrad(GradFilter):
     """Per parameter w with gradient g: g_perp = g - (w.g / w.w) w, then g <- g_perp * |g| / |g_perp|.
 
     The tiny epsilons (1e-30) of the paper's code guard a zero weight or a gradient parallel
@@ -112,12 +118,6 @@ class OrthoGrad:
             w, g = p.detach().flatten(), p.grad.flatten()
             g_perp = g - (torch.dot(w, g) / (torch.dot(w, w) + 1e-30)) * w
             p.grad.copy_((g_perp * (g.norm() / (g_perp.norm() + 1e-30))).view_as(p.grad))
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
 
 
 @register_filter("grokfast_ema", elementwise=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from suite.data import TaskData
+from suite.contracts import Sampler
 from suite.registry import SuiteError, register_sampler
 
 
@@ -20,7 +21,7 @@ def _check_batch(batch_size: int) -> None:
 
 
 @register_sampler("random")
-class RandomBatches:
+class RandomBatches(Sampler):
     """Uniform minibatches: batch_size distinct training examples per step (all of them if fewer)."""
 
     def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512):
@@ -33,7 +34,7 @@ class RandomBatches:
 
 
 @register_sampler("full")
-class FullBatch:
+class FullBatch(Sampler):
     """Full batch: every training example at every step."""
 
     def __init__(self, data: TaskData, generator: torch.Generator):
@@ -44,7 +45,7 @@ class FullBatch:
 
 
 @register_sampler("frequency")
-class FrequencyAware:
+class FrequencyAware(Sampler):
     """Frequency-aware minibatches: every token gets a gradient equally often in expectation.
 
     Example i is drawn (with replacement) with probability proportional to w_i ** power,
@@ -79,12 +80,12 @@ class FrequencyAware:
 
 
 @register_sampler("epoch")
-class EpochBatches:
+class EpochBatches(Sampler):
     """Shuffled epochs: a fresh permutation each epoch cut into batches, the last one short.
 
     This is Grokfast's loop (ironjr/grokfast main.py): 4,656 examples at batch 512 make 9
-    batches of 512 and one of 48 per epoch. Where an epoch stands is state, so the sampler
-    has state_dict() / load_state_dict() and the checkpoint carries it.
+    batches of 512 and one of 48 per epoch. Where an epoch stands is state, which
+    state_dict() / load_state_dict() hand to the checkpoint.
     """
 
     def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512):

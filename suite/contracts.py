@@ -1,0 +1,159 @@
+"""What each kind of component promises the engine: one small contract per kind.
+
+A component is a builder (a function or a class) registered under a name with one decorator.
+Its first parameters are fixed: the engine passes them, positionally, in this order. Every
+parameter after them has a default and is a *setting*: `--set key=value`, a grid axis, a
+field of the spec, typed by its annotation (int, float, bool, str, Literal[...], Optional[...],
+tuple[...]). Extra facts about a component go in the decorator's keywords (`info`).
+
+    kind       builder(fixed..., *, settings)          builds                     info
+    task       (seed)                                   suite.TaskData             default_model, runner
+    model      (data: TaskData)                         torch.nn.Module            inputs (required), stackable
+    opt        (groups: ParamGroups)                    torch.optim.Optimizer      elementwise
+    sampler    (data: TaskData, generator)              suite.Sampler              -
+    filter     (params: list of parameters)             suite.GradFilter           elementwise
+    runner     (spec, run_dir, device)                  the result (a dict)        -
+
+- task: `seed` is the run's seed (it fixes the split unless the task takes its own
+  data_seed). A task that trains nothing names its runner (`runner="probe"`) and the
+  model it reads by default (`default_model=...`); its spec then holds only task and model.
+- model: maps inputs [batch, ...] to logits [batch, classes]. `inputs` lists the TaskData
+  kinds it reads ("tokens", "image", "text"). Optional attributes: `embedding_weight` (the
+  token embedding E: Adam-LR's embedding group and the progress measures) and
+  `coupled_weight` (the first weight W that reads E). Seeds of one cell train as one
+  ensemble with the forward vmapped over the member axis (suite/ensemble.py); a model whose
+  forward cannot be vmapped, or that says `stackable=False`, runs its seeds one after the
+  other instead, and a single run never needs vmap.
+- opt: built from the model's parameter groups (groups.embedding, groups.coupled,
+  groups.rest, groups.all). `elementwise=True` promises that each element's update depends
+  on that element alone (Adam, SGD): the optimizer then trains stacked ensembles exactly.
+- sampler: `next()` returns the indices of the next batch, drawn with `generator` only, so
+  that a resumed run draws the same batches; `state_dict()`/`load_state_dict()` carry any
+  position it keeps (the base class keeps none).
+- filter: rewrites the gradients in place between backward and the optimizer step
+  (`apply()`), with `state_dict()`/`load_state_dict()` for checkpoints (tensors and numbers
+  only). `elementwise=True` as for optimizers.
+- runner: runs one spec of a task that trains nothing into run_dir and returns its result
+  (also written to run_dir/result.json); `summary(result)`, if the runner defines it, is the
+  one line the CLI prints for it.
+
+`check()` holds a builder to its kind's contract when it registers: a wrong fixed argument,
+a setting without a usable type, or an unknown info key is one error line naming the file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from suite.errors import SuiteError
+
+
+class Sampler:
+    """Base of every sampler: `next()` -> the next batch's indices into the training set."""
+
+    def next(self):  # -> torch.Tensor of indices into the training set
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class GradFilter:
+    """Base of every gradient filter: `apply()` rewrites the parameters' .grad in place."""
+
+    def apply(self) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Contract:
+    kind: str
+    fixed: tuple[str, ...]  # the arguments the engine passes, in order
+    info: frozenset  # the decorator keywords this kind knows
+    required_info: tuple[str, ...] = ()
+
+
+CONTRACTS = {
+    "task": Contract("task", ("seed",), frozenset({"default_model", "runner"})),
+    "model": Contract("model", ("data",), frozenset({"inputs", "stackable"}), ("inputs",)),
+    "opt": Contract("optimizer", ("groups",), frozenset({"elementwise"})),
+    "sampler": Contract("sampler", ("data", "generator"), frozenset()),
+    "filter": Contract("filter", ("params",), frozenset({"elementwise"})),
+    "runner": Contract("runner", ("spec", "run_dir", "device"), frozenset()),
+}
+RESERVED = {"name"}  # a spec's component entry holds its name beside the settings
+_SIMPLE = (int, float, bool, str)
+
+
+def where(fn: Callable) -> str:
+    """file:line of a builder, for error messages and `suite list --origin`."""
+    try:
+        return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+    except (OSError, TypeError):
+        return getattr(fn, "__module__", "?")
+
+
+def check(contract: Contract, name: str, fn: Callable, info: dict[str, Any]) -> None:
+    """Raise ContractError (one line, naming the file) if fn does not fit its kind's contract."""
+    def fail(what: str):
+        raise ContractError(f"{where(fn)}: {contract.kind} '{name}' {what}")
+
+    if not callable(fn):
+        fail("is not callable")
+    try:
+        signature = inspect.signature(fn)
+        hints = typing.get_type_hints(fn.__init__ if inspect.isclass(fn) else fn)
+    except (TypeError, ValueError, NameError) as err:
+        fail(f"has a signature the suite cannot read ({err})")
+    params = list(signature.parameters.values())
+    required = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(required) != len(contract.fixed):
+        fail(f"must take ({', '.join(contract.fixed)}) first, then settings with defaults; it takes ({', '.join(required)})")
+    for p in params:
+        if p.kind is p.KEYWORD_ONLY and p.default is p.empty:
+            fail(f"setting '{p.name}' needs a default")
+        if p.default is p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in contract.fixed or p.name in RESERVED:
+            fail(f"cannot have a setting called '{p.name}': the engine passes it" if p.name in contract.fixed
+                 else f"cannot have a setting called '{p.name}': specs use it for the component's name")
+        tp = hints.get(p.name, type(p.default))
+        if not _usable(tp):
+            fail(f"setting '{p.name}' needs a type annotation the CLI can parse (int, float, bool, str, "
+                 f"Literal, Optional, tuple); got {tp!r}")
+    unknown = set(info) - contract.info
+    if unknown:
+        fail(f"got unknown keyword(s) {', '.join(sorted(unknown))}; {contract.kind} knows "
+             f"{', '.join(sorted(contract.info)) or 'none'}")
+    missing = [k for k in contract.required_info if k not in info]
+    if missing:
+        fail(f"must say {', '.join(missing)}= when it registers")
+
+
+def _usable(tp) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        return len(rest) == 1 and _usable(rest[0])
+    if origin is Literal:
+        return all(isinstance(a, _SIMPLE) for a in args)
+    if origin is tuple:
+        return all(_usable(a) for a in args) and Ellipsis not in args
+    return tp in _SIMPLE
+
+
+class ContractError(SuiteError):
+    """A component that does not fit its kind's contract (raised when it registers)."""
