@@ -23,6 +23,7 @@ from pathlib import Path
 
 from suite.grid import Cell, Grid
 from suite.registry import SuiteError
+from suite.results import headline
 from suite.rundir import RunDir, RunLocked, read_json, write_json
 
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
@@ -32,13 +33,13 @@ def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | 
               compile: bool = False) -> list[dict]:
     """train() plus what every entry point needs: a crash leaves error.json (status 'failed')
     in each unfinished run dir, a finished run clears it, and the W&B runs are closed whatever
-    happens. A task with its own runner (info["runner"], e.g. the number probes) runs that,
+    happens. A task that trains nothing (the number probes) runs its registered runner,
     spec after spec, instead of the training loop."""
-    from suite.registry import ALL
+    from suite.spec import runner_of_task
     from suite.train import Preempted, train
 
     trackers = trackers or [None] * len(specs)
-    runner = ALL["task"].get(specs[0]["task"]["name"]).info.get("runner")
+    runner = runner_of_task(specs[0]["task"]["name"])
     dirs = [RunDir(d) for d in run_dirs]
     for rd in dirs:  # before W&B starts: a second process must not write into the owner's W&B run
         if rd.is_locked():
@@ -48,7 +49,7 @@ def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | 
         tracker.start()  # outside train(), so W&B's start-up is not counted as training time
     try:
         if runner:
-            results = [runner(spec, rd.path, device) for spec, rd in zip(specs, dirs)]
+            results = [runner.build(spec, rd.path, device) for spec, rd in zip(specs, dirs)]
         else:
             results = train(specs, [rd.path for rd in dirs], device, trackers, compile)
     except Preempted:
@@ -256,10 +257,8 @@ def _outcome_line(n: int, total: int, outcome: str, cell: Cell, root, log: str) 
     rd = RunDir(cell.run_dir(root))
     line = f"[{n}/{total}] {outcome:<7} {rd.path} [{cell.label}]"
     if outcome == "done":
-        result = json.loads((rd / "result.json").read_text())
-        if "grok_step" in result:  # a training run; a probe's result has no milestones
-            line += f"  grok_step {result['grok_step']}"
-        line += f"  {result['wall_s']:.1f} s"
+        result = read_json(rd / "result.json")
+        line += "".join(f"  {part}" for part in (headline(result), f"{result['wall_s']:.1f} s") if part)
     elif outcome == "failed":
         line += f"  (see {log})"
     return line
@@ -278,7 +277,7 @@ def status_lines(cells: list[Cell], root: str | Path, show_done: bool = False) -
             continue
         line = f"{status:<11} {rd.path}  [{cell.label}]"
         if status == "done":
-            line += f"  grok_step {read_json(rd / 'result.json')['grok_step']}"
+            line += f"  {headline(read_json(rd / 'result.json'))}".rstrip()
         elif status == "failed":
             failure = rd.read_failure() or {}
             message = (str(failure.get("message", "")).splitlines() or [""])[0]

@@ -33,9 +33,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from suite.measures import LOSSES
-from suite.registry import ALL, SuiteError
+from suite.registry import SuiteError
 from suite.rundir import write_json
-from suite.spec import resolve, spec_id
+from suite.spec import resolve, runner_of_task, spec_id
 
 SECTIONS = ("matmul", "steps", "ensembles", "probe", "compile")
 MODELS = {"mlp": {"model": "mlp", "opt": "adam"}, "transformer": {"model": "transformer", "opt": "adamw"}}
@@ -134,7 +134,7 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
     Built through the registry as the loop builds it. With compile_model, the first step's time
     (compiling forward and backward) is reported as compile_s and left out of the median.
     """
-    from suite.train import build_member, optimizer_and_filter
+    from suite.stack import build_member, optimizer_and_filter
 
     torch.set_flush_denormal(True)  # as the loop does
     member, model = build_member(spec, device)
@@ -239,10 +239,10 @@ def ensemble_section(device: torch.device, options: Options, root: Path) -> dict
 
 def probe_section(device: torch.device, root: Path) -> dict:
     spec = resolve({"task": "number_probe"}, {}, 0)
-    runner = ALL["task"].get("number_probe").info["runner"]
+    runner = runner_of_task("number_probe")
     log(f"number probe on {spec['model']['name']}")
     t0 = time.monotonic()
-    result = runner(spec, root / "probe", device)
+    result = runner.build(spec, root / "probe", device)
     return {"model": spec["model"]["name"], "wall_s": time.monotonic() - t0,
             "timings_s": result.get("timings", {}), "threads": result.get("threads")}
 
@@ -273,7 +273,7 @@ def compile_section(device: torch.device, options: Options) -> dict:
 
 def git_state() -> tuple[str | None, bool | None]:
     """HEAD's commit, and whether the checkout has uncommitted changes (figures then describe more than the commit)."""
-    from suite.train import git_commit
+    from suite.results import git_commit
 
     try:
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).parent,

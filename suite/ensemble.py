@@ -12,8 +12,10 @@ sum differently for another stacked shape, and they agree to float rounding
 (tests/test_ensemble.py, README "Many seeds at once").
 
 Anything that couples elements (a norm over a whole tensor, an SVD) or keeps per-model state
-the stack cannot hold (BatchNorm statistics, dropout's random draws) would not be exact:
-`blocker()` names the reason, and the loop runs such members one after the other instead.
+the stack cannot hold (BatchNorm statistics, dropout's random draws) would not be exact, and a
+model whose forward has no vmap batching rule (torch's nn.GRU) or says stackable=False cannot
+be stacked at all: `blocker()` names the reason (suite/stack.py's build() finds the vmap
+failures), and such members run one after the other instead.
 
 A run that cannot be stacked exactly is the plain model (`stacked=False`: no vmap).
 Checkpoints are per member, in the format of a separate run: `split_state` takes member i's
@@ -223,6 +225,8 @@ def blocker(specs: list[dict], models: list[nn.Module], datas: list) -> str | No
         entry = ALL[kind].get(first[kind]["name"])
         if not entry.info.get("elementwise"):
             return f"{'optimizer' if kind == 'opt' else 'filter'} '{entry.name}' is not elementwise"
+    if not ALL["model"].get(first["model"]["name"]).info.get("stackable", True):
+        return f"model '{first['model']['name']}' is registered with stackable=False"
     if len(specs) > 1 and first["train"].get("hessian_every"):
         return "Hessian measures are per model"  # one run measures its ensemble of one (Ensemble.alone)
     for module in models[0].modules():

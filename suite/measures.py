@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 
@@ -30,8 +28,7 @@ def stablemax_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: st
     raise ValueError(f"unknown reduction {reduction!r}")
 
 
-LOSSES = {"ce": F.cross_entropy, "stablemax": stablemax_cross_entropy}
-LossName = Literal[tuple(LOSSES)]  # the train.loss setting's choices
+LOSSES = {"ce": F.cross_entropy, "stablemax": stablemax_cross_entropy}  # by train.loss (suite/config.py's LOSS_NAMES)
 
 
 @torch.no_grad()

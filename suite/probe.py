@@ -39,7 +39,8 @@ from threadpoolctl import threadpool_limits
 import suite
 from suite.rundir import RunDir, write_atomic, write_json
 from suite.spec import component_settings, spec_id
-from suite.train import git_commit, task_data
+from suite.results import git_commit
+from suite.stack import task_data
 
 METRICS = ("pca_ev", "pls_r2", "rho", "beta", "rho_within", "pls_rho", "pls_beta")
 
@@ -231,6 +232,7 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
     result = {
         "spec": spec,
         "run_id": spec_id(spec),
+        "runner": "probe",
         "model": {"name": spec["model"]["name"], "source": pretrained.source, "class": type(pretrained.model).__name__,
                   "n_layers": pretrained.n_layers, "width": width},
         "read": data.read,

@@ -9,6 +9,9 @@ this one function instead of probing for fields.
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 TRAIN = "train"
 
 
@@ -17,3 +20,34 @@ def runner_of(result: dict) -> str:
         return result["runner"]
     spec = result.get("spec")
     return TRAIN if isinstance(spec, dict) and "train" in spec else "probe"
+
+
+def git_commit() -> str | None:
+    """The suite checkout's commit, recorded in every result (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True,
+                             timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def headline(result: dict) -> str:
+    """What a one-line report of a finished run shows: a trained run's grok step, a probe's
+    best ordered layers."""
+    if runner_of(result) == TRAIN:
+        return f"grok_step {result['grok_step']}"
+    best = {name: (result[name].get("best") or {}).get("by_ev_ordered") for name in ("numbers", "letters")
+            if isinstance(result.get(name), dict)}
+    return "  ".join(f"{name}: ordered layer {row['layer'] if row else 'none'}" for name, row in best.items())
+
+
+def summary(result: dict, who: str = "") -> str | None:
+    """The line `suite run` prints for a trained run (a probe prints its own as it goes: None)."""
+    if runner_of(result) != TRAIN:
+        return None
+    shared = result.get("ensemble_size", 1)
+    return (who + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}  "
+            f"delay {result['delay']}  final val_acc {result['final_val_acc']:.4f}  "
+            f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}"
+            + (f" (its share of an ensemble of {shared})" if shared > 1 else ""))

@@ -16,15 +16,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from suite.registry import ALL, SuiteError, _closest, params_of
+from suite.config import TrainConfig
+from suite.registry import ALL, RUNNERS, SuiteError, _closest, params_of
 
 DEFAULTS = {"task": "modular", "model": "mlp", "opt": "adam", "sampler": "random", "filter": "none"}
 
 
 def train_params():
-    from suite.train import TrainConfig  # torch-free import would be nicer, but this is one dataclass
-
     return params_of(TrainConfig)
+
+
+def runner_of_task(task_name: str):
+    """The registry entry of the runner a task that trains nothing names, or None for the
+    training loop."""
+    runner = ALL["task"].get(task_name).info.get("runner")
+    return RUNNERS.get(runner) if runner else None
 
 
 def resolve(choices: dict[str, str | None] | None = None, settings: dict[str, Any] | None = None, seed: int = 0) -> dict:
@@ -41,14 +47,15 @@ def resolve(choices: dict[str, str | None] | None = None, settings: dict[str, An
     # bring its own runner instead of the training loop: its spec then holds only task and model.
     task = ALL["task"].get(chosen.get("task", DEFAULTS["task"]))
     names = {**DEFAULTS, **({"model": task.info["default_model"]} if "default_model" in task.info else {}), **chosen}
-    if "runner" in task.info:
+    trains = runner_of_task(task.name) is None
+    if not trains:
         unused = sorted(set(chosen) - {"task", "model"})
         if unused:
             raise SuiteError(f"task '{task.name}' trains nothing: --{unused[0]} does not apply")
         names = {"task": names["task"], "model": names["model"]}
     params = {kind: ALL[kind].get(name).params for kind, name in names.items()}
     spec: dict[str, Any] = {kind: {"name": names[kind]} | {k: p.default for k, p in params[kind].items()} for kind in names}
-    if "runner" not in task.info:
+    if trains:
         params["train"] = train_params()
         spec["train"] = {k: p.default for k, p in params["train"].items()}
 
@@ -66,6 +73,8 @@ def resolve(choices: dict[str, str | None] | None = None, settings: dict[str, An
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SuiteError(f"seed must be a non-negative integer, got {seed!r}")
     spec["seed"] = seed
+    if trains:
+        TrainConfig(**spec["train"])  # its checks, before anything runs
     return spec
 
 

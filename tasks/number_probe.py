@@ -20,7 +20,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from suite import SuiteError, register_task
+from suite import SuiteError, register_runner, register_task
 
 
 @dataclass
@@ -102,13 +102,15 @@ def parse_groups(text: str, width: int) -> list[int]:
     return sorted(groups)
 
 
-def probe_runner(spec, run_dir, device):
+@register_runner("probe")
+def probe(spec, run_dir, device):
+    """Hidden states of every layer of a pretrained model, then per-layer fits (suite/probe.py)."""
     from suite.probe import run_probe  # scikit-learn, scipy, matplotlib: only when a probe runs
 
     return run_probe(spec, run_dir, device)
 
 
-@register_task("number_probe", default_model="smollm2", runner=probe_runner)
+@register_task("number_probe", default_model="smollm2", runner="probe")
 def number_probe(
     seed: int,
     *,

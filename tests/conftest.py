@@ -45,12 +45,12 @@ class PreemptAt:
 
 
 def build_one(spec):
-    """The plain pieces of a single run of spec (the model unstacked), as suite.train builds them."""
+    """The plain pieces of a single run of spec (the model unstacked), as suite.stack builds them."""
     from types import SimpleNamespace
 
     import torch
 
-    from suite.train import build_member, optimizer_and_filter
+    from suite.stack import build_member, optimizer_and_filter
 
     member, model = build_member(spec, torch.device("cpu"))
     optimizer, _ = optimizer_and_filter(spec, model)

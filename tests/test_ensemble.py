@@ -127,7 +127,7 @@ def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layou
     # A Linear weight's gradient leaves the vmapped backward transposed; the stacked weight is
     # stored that way, so autograd hands the gradient over as it is (no copy into another layout),
     # and dropping members or restacking saved states keeps the layout.
-    from suite.train import build
+    from suite.stack import build
 
     b = build(_specs({}, {**SMALL, "d": 16, "hidden": 32}), CPU)
     W = b.model.stacked("hidden.weight")

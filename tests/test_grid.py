@@ -228,3 +228,7 @@ def test_outcome_line_of_a_cell_without_milestones(tmp_path):
     (run_dir / "result.json").write_text(json.dumps({"wall_s": 31.25}))
     line = _outcome_line(1, 2, "done", cell, tmp_path, "cell.log")
     assert line.endswith("[model=minilm]  31.2 s")
+    (run_dir / "result.json").write_text(json.dumps({"runner": "probe", "wall_s": 31.25, "numbers": {
+        "best": {"by_ev_ordered": {"layer": 3}}}, "letters": {"best": {"by_ev_ordered": None}}}))
+    line = _outcome_line(1, 2, "done", cell, tmp_path, "cell.log")
+    assert line.endswith("[model=minilm]  numbers: ordered layer 3  letters: ordered layer none  31.2 s")

@@ -14,7 +14,8 @@ from models.mlp import MLP
 from models.resnet import ResNet18
 from suite.registry import SuiteError
 from suite.spec import resolve
-from suite.train import build, train
+from suite.stack import build
+from suite.train import train
 from tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, load_images, polygons, render
 
 RES = 16  # the dataset is rendered once per session at this size (a few seconds)

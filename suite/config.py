@@ -1,0 +1,37 @@
+"""The train settings every trained run has (`--set train.steps=...`): torch-free, so that
+specs can be resolved without importing the loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from suite.registry import SuiteError
+
+LOSS_NAMES = ("ce", "stablemax")  # suite.measures.LOSSES holds their functions
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 20_000  # update budget
+    eval_every: int = 50  # evaluate on the whole train and val sets every this many steps
+    memorization: float = 0.99  # train accuracy that counts as memorized
+    target: float = 0.99  # val accuracy that counts as grokked
+    patience: Optional[int] = 500  # stop once val acc has held the target this many steps; None = never
+    warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
+    loss: Literal[LOSS_NAMES] = "ce"  # ce (softmax cross-entropy) or stablemax
+    eval_batch: int = 8192  # examples per evaluation chunk (per member of an ensemble)
+    checkpoint_every: int = 2_000
+    hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
+
+    def __post_init__(self):
+        if self.steps <= 0:
+            raise SuiteError(f"steps must be positive, got {self.steps}")
+        if self.eval_every <= 0 or self.checkpoint_every <= 0 or self.eval_batch <= 0:
+            raise SuiteError("eval_every, checkpoint_every and eval_batch must be positive")
+        if self.loss not in LOSS_NAMES:
+            raise SuiteError(f"unknown loss '{self.loss}'; known: {', '.join(LOSS_NAMES)}")
+        if self.hessian_every is not None and self.hessian_every <= 0:
+            raise SuiteError(f"hessian_every must be positive (or None), got {self.hessian_every}")
+        if self.warmup_steps < 0 or (self.patience is not None and self.patience < 0):
+            raise SuiteError("warmup_steps and patience must be >= 0")

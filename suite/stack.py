@@ -1,0 +1,293 @@
+"""The members that train together, and everything the loop does to them besides the update.
+
+A Stack holds K members (seeds of one cell; K = 1 for a single run): one model with their
+parameters stacked (suite/ensemble.py), its optimizer and gradient filter, and per member its
+data, batches, run dir and record. Tensors carry the member axis first: x_train is
+[K, n, ...], logits [K, batch, classes]. The loop (suite/train.py) asks it to resume, step,
+evaluate, checkpoint, let stopped members go and finish; each of those is one method here.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+import suite
+from suite import ensemble
+from suite.components.optimizers import ParamGroups
+from suite.config import TrainConfig
+from suite.contracts import GradFilter, Sampler
+from suite.data import TaskData
+from suite.ensemble import Ensemble
+from suite.hessian import hessian_measures
+from suite.measures import LOSSES, Milestones, evaluate, progress_measures
+from suite.registry import ALL, SuiteError
+from suite.results import TRAIN, git_commit
+from suite.rundir import RunDir, rng_states, set_rng_states, write_json
+from suite.spec import component_settings, spec_id
+
+
+@dataclass
+class Member:
+    """One seed of a cell: its own data, batches, run dir and record. The model, optimizer and
+    filter are the stack's (shared, stacked)."""
+    spec: dict
+    data: TaskData
+    sampler: Sampler
+    generator: torch.Generator
+    tracker: object = None  # suite.tracking's, or None: log(record, step), finish(result)
+    run_dir: RunDir | None = None
+    milestones: Milestones | None = None
+    metrics_file: object = None  # the open metrics.jsonl
+    record: dict | None = None  # the last evaluation
+    wall_before: float = 0.0  # this member's share of the wall time before a resume
+    result: dict | None = None  # set once it stops (target held, or the budget)
+    notes: list[str] = field(default_factory=list)
+
+
+def task_data(spec: dict):
+    """The task's data and the model's registry entry, once the model is known to take that data."""
+    task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
+    data = task.build(spec["seed"], **component_settings(spec, "task"))
+    accepted = model_entry.info.get("inputs", ())
+    if data.kind not in accepted:
+        raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
+                         f"but task '{task.name}' gives {data.kind}")
+    return data, model_entry
+
+
+def build_member(spec: dict, device: torch.device) -> tuple[Member, torch.nn.Module]:
+    """One seed's data, batches and (plain, unstacked) model."""
+    TrainConfig(**spec["train"])  # its checks
+    data, model_entry = task_data(spec)
+    data = data.to(device)
+    torch.manual_seed(spec["seed"])  # the model's initialisation
+    model = model_entry.build(data, **component_settings(spec, "model")).to(device)
+    generator = torch.Generator(device=device).manual_seed(spec["seed"])
+    sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
+    _check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
+    return Member(spec, data, sampler, generator), model
+
+
+def optimizer_and_filter(spec: dict, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, GradFilter]:
+    groups = ParamGroups.of(model)
+    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
+    _check_built("optimizer", spec["opt"]["name"], optimizer, torch.optim.Optimizer)
+    for group in optimizer.param_groups:
+        group["base_lr"] = group["lr"]  # warmup scales from here
+    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
+    _check_built("filter", spec["filter"]["name"], grad_filter, GradFilter)
+    return optimizer, grad_filter
+
+
+def _check_built(kind: str, name: str, obj, base: type) -> None:
+    if not isinstance(obj, base):
+        raise SuiteError(f"{kind} '{name}' built a {type(obj).__name__}, not a {base.__module__}.{base.__qualname__} "
+                         "(see suite/contracts.py)")
+
+
+def build(specs: list[dict], device: torch.device) -> Stack:
+    """Everything a run needs, from its specs (one per seed). Raises SuiteError on bad input,
+    before any file is written. Members that cannot train as one exact ensemble come back as
+    a Stack with no model and a `sequential_reason`."""
+    members, models = zip(*(build_member(spec, device) for spec in specs))
+    members, models = list(members), list(models)
+    reason = ensemble.blocker(specs, models, [m.data for m in members])
+    model = None
+    if reason is None:
+        model = Ensemble(models)
+        try:  # the first vmapped forward and backward: a model whose ops have no batching rule fails here
+            model.lay_out_like_gradients(torch.stack([m.data.x_train[:8] for m in members]))
+        except Exception as err:  # noqa: BLE001 (the plain model then runs, and raises its own errors)
+            reason = f"model '{specs[0]['model']['name']}' cannot be vmapped ({type(err).__name__}: " \
+                     f"{(str(err).splitlines() or [''])[0]})"
+    if reason and len(specs) > 1:
+        return Stack(specs[0], members, None, device, sequential_reason=reason)
+    if reason:  # a single run never needs the stack: the plain model
+        model = Ensemble(models, stacked=False)
+    return Stack(specs[0], members, model, device)
+
+
+class Stack:
+    def __init__(self, spec: dict, members: list[Member], model: Ensemble | None, device: torch.device,
+                 sequential_reason: str | None = None):
+        self.members, self.live, self.model, self.device = members, list(members), model, device
+        self.spec, self.sequential_reason = spec, sequential_reason
+        self.cfg = TrainConfig(**spec["train"])
+        self.loss_fn = LOSSES[self.cfg.loss]
+        if model is not None:
+            self.optimizer, self.grad_filter = optimizer_and_filter(spec, model)
+
+    # --- start: claim the run dirs, resume ------------------------------------------------------
+
+    def claim(self, run_dirs: list[Path], trackers: list) -> int | None:
+        """Lock the run dirs and restore every member to where its checkpoint stands. Returns
+        the step to start from, or None (run dirs released) when some member finished meanwhile
+        (another process) or the members stand at different steps (they were resumed apart)."""
+        states = []
+        for m, run_dir, tracker in zip(self.members, run_dirs, trackers):
+            m.run_dir, m.tracker = RunDir(run_dir), tracker
+            m.run_dir.lock()
+            states.append(None if m.run_dir.finished else m.run_dir.load_checkpoint(self.device))
+        steps = {int(s["step"]) if s else 0 for s in states}
+        if any(m.run_dir.finished for m in self.members) or len(steps) > 1:
+            for m in self.members:
+                m.run_dir.unlock()
+            return None
+        start = steps.pop()
+        if start:
+            self._restore(states)
+        for m, state in zip(self.members, states):
+            write_json(m.run_dir / "spec.json", m.spec)
+            if state is not None:
+                m.sampler.load_state_dict(state["sampler"])
+                m.generator.set_state(state["generator"].cpu())
+                m.wall_before = float(state["wall_s"])
+                print(f"resuming {m.run_dir.path} from step {start}", file=sys.stderr)
+            history = [r for r in m.run_dir.read_metrics() if r["step"] < start]  # replayed; the rest is redone
+            m.milestones = Milestones(self.cfg.memorization, self.cfg.target)
+            for record in history:
+                m.milestones.update(record)
+            m.metrics_file = m.run_dir.restart_metrics(history)
+        self.x_train, self.y_train, self.x_val, self.y_val = (
+            torch.stack([getattr(m.data, k) for m in self.live]) for k in ("x_train", "y_train", "x_val", "y_val"))
+        return start
+
+    def _restore(self, states: list[dict]) -> None:
+        self.model.load_member_state_dicts([s["model"] for s in states])
+        self.optimizer.load_state_dict(self.model.join([s["optimizer"] for s in states]))
+        self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
+        set_rng_states(states[0], self.device)  # torch's global RNG, for anything that draws from it
+
+    # --- train ------------------------------------------------------------------------------------
+
+    def update(self, step: int, forward) -> None:
+        """One step of every live member: each its own batch, the sum of their mean losses (so
+        each member's gradient is its own run's), filter, optimizer."""
+        batch = torch.stack([m.sampler.next() for m in self.live])  # [K, batch]
+        warmup = min(step / self.cfg.warmup_steps, 1.0) if self.cfg.warmup_steps else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["base_lr"] * warmup
+        rows = torch.arange(len(self.live), device=self.device)[:, None]  # member i's batch from member i's data
+        y = self.y_train[rows, batch]
+        logits = forward(self.x_train[rows, batch])
+        loss = self.loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.grad_filter.apply()
+        self.optimizer.step()
+
+    # --- evaluate, record, stop -------------------------------------------------------------------
+
+    def evaluate(self, step: int) -> None:
+        """Evaluate every live member on its whole train and val sets and record it (metrics.jsonl,
+        tracker, milestones); the milestones reached go to each member's notes."""
+        cfg = self.cfg
+        self.model.eval()
+        train_loss, train_correct = evaluate(self.model, self.x_train, self.y_train, self.loss_fn, cfg.eval_batch)
+        val_loss, val_correct = evaluate(self.model, self.x_val, self.y_val, self.loss_fn, cfg.eval_batch)
+        self.model.train()
+        for i, m in enumerate(self.live):
+            record = {"step": step, "train_loss": train_loss[i], "train_acc": train_correct[i].float().mean().item(),
+                      "val_loss": val_loss[i], "val_acc": val_correct[i].float().mean().item()}
+            for name, mask in m.data.val_groups.items():
+                record[f"val_acc_{name}"] = val_correct[i][mask].float().mean().item()
+            record |= progress_measures(self.model.member(i), m.data)
+            if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:  # K == 1 (blocker)
+                record |= hessian_measures(self.model.alone(), m.data.x_train, m.data.y_train, self.loss_fn,
+                                           cfg.eval_batch)
+            _record(m, record)
+
+    def target_held(self, m: Member, step: int) -> bool:
+        return self.cfg.patience is not None and m.milestones.held_since is not None \
+            and step - m.milestones.held_since >= self.cfg.patience
+
+    def leave(self) -> None:
+        """Members that stopped leave the stack; the rest go on in a smaller one, each with its
+        own optimizer and filter state."""
+        keep = [i for i, m in enumerate(self.live) if m.result is None]
+        if len(keep) == len(self.live):
+            return
+        self.live = [self.live[i] for i in keep]
+        if not keep:  # every member stopped: nothing left to train
+            return
+        opt_states = self.model.split(self.optimizer.state_dict())
+        filter_states = self.model.split(self.grad_filter.state_dict())
+        self.model.keep(keep)
+        self.optimizer, self.grad_filter = optimizer_and_filter(self.spec, self.model)
+        self.optimizer.load_state_dict(self.model.join([opt_states[i] for i in keep]))
+        self.grad_filter.load_state_dict(self.model.join([filter_states[i] for i in keep]))
+        self.x_train, self.y_train, self.x_val, self.y_val = (
+            t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val))
+
+    def checkpoint(self, step: int, wall_share: float) -> None:
+        """One checkpoint per live member, each in the format of a separate run."""
+        models = self.model.member_state_dicts()
+        optimizers = self.model.split(self.optimizer.state_dict())
+        filters = self.model.split(self.grad_filter.state_dict())
+        for i, m in enumerate(self.live):
+            m.run_dir.save_checkpoint({
+                "model": models[i], "optimizer": optimizers[i], "filter": filters[i],
+                "sampler": m.sampler.state_dict(), "generator": m.generator.get_state(),
+                **rng_states(self.device), "step": step, "wall_s": m.wall_before + wall_share,
+            })
+
+    def release(self) -> None:
+        """Close and unlock the live members' run dirs (preempted: their checkpoints stay)."""
+        for m in self.live:
+            m.metrics_file.close()
+            m.run_dir.unlock()
+
+    def finish(self, m: Member, step: int, stop_reason: str, wall: float, how: dict) -> None:
+        """Write m's result.json (its last evaluation, milestones, provenance) and close its run dir."""
+        m.metrics_file.close()
+        record = m.record
+        m.result = {
+            "spec": m.spec,
+            "run_id": spec_id(m.spec),
+            "runner": TRAIN,
+            "memorization_step": m.milestones.memorization_step,
+            "grok_step": m.milestones.grok_step,
+            "delay": m.milestones.delay,
+            "final_train_acc": record["train_acc"],
+            "final_val_acc": record["val_acc"],
+            "final_train_loss": record["train_loss"],
+            "final_val_loss": record["val_loss"],
+            "steps": step,
+            "stop_reason": stop_reason,
+            "wall_s": wall,  # in an ensemble, this member's share of its wall time (WallShare)
+            "steps_per_s": step / wall if wall > 0 else None,
+            **how,
+            "task_info": m.data.info,
+            "suite_version": suite.__version__,
+            "torch_version": torch.__version__,
+            "python": platform.python_version(),
+        }
+        write_json(m.run_dir / "result.json", m.result)
+        if m.tracker is not None:
+            m.tracker.finish(m.result)
+        m.run_dir.drop_checkpoints()
+        m.run_dir.unlock()
+
+
+def provenance(size: int, device: torch.device, compile: bool) -> dict:
+    """How a result was made, recorded in it."""
+    return {"ensemble_size": size, "device": str(device), "compiled": compile, "git_commit": git_commit()}
+
+
+def _record(m: Member, record: dict) -> None:
+    """Write one evaluation of one member; the milestones it just reached go to m.notes."""
+    before = (m.milestones.memorization_step, m.milestones.grok_step)
+    m.milestones.update(record)
+    m.record = record
+    m.metrics_file.write(json.dumps(record) + "\n")
+    m.metrics_file.flush()
+    if m.tracker is not None:
+        m.tracker.log(record, record["step"])
+    m.notes += [what for what, was, now in (("memorized", before[0], m.milestones.memorization_step),
+                                            ("grokked", before[1], m.milestones.grok_step)) if was is None and now is not None]
