@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from suite.registry import ALL, SuiteError
+from suite.registry import ALL, SuiteError, _closest
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, str]:
@@ -31,28 +31,46 @@ def _print_presets() -> int:
 
 
 def cmd_list(args) -> int:
+    from suite.registry import RUNNERS
     from suite.spec import train_params
 
-    if args.kind == "preset":
+    registries = {**ALL, "runner": RUNNERS}
+    kind, pattern = args.kind, args.pattern
+    if kind is not None and kind not in registries and kind != "preset":
+        if pattern is not None or not any(ch in kind for ch in "*?[") and not _matches_any(registries, kind):
+            raise SuiteError(f"unknown kind '{kind}'{_closest(kind, [*registries, 'preset'])}; known: "
+                             f"{', '.join(registries)}, preset (or give a name pattern such as 'adam*')")
+        kind, pattern = None, kind  # `list 'adam*'`: a pattern across every kind
+    if kind == "preset":
         return _print_presets()
-    kinds = [args.kind] if args.kind else list(ALL)
-    for kind in kinds:
-        if kind not in ALL:
-            raise SuiteError(f"unknown kind '{kind}'; known: {', '.join(ALL)}, preset")
-        print(f"{kind}s:" if kind != "opt" else "optimizers:")
-        for name in ALL[kind].names():
-            entry = ALL[kind].get(name)
+    shown = 0
+    for name_of_kind in [kind] if kind else list(registries):
+        names = registries[name_of_kind].names(pattern or "*")
+        if not names:
+            continue
+        print(f"{name_of_kind}s:" if name_of_kind != "opt" else "optimizers:")
+        for name in names:
+            entry = registries[name_of_kind].get(name)
             extra = f"  [inputs: {', '.join(entry.info['inputs'])}]" if "inputs" in entry.info else ""
             print(f"  {name:<18} {entry.summary}{extra}")
             if entry.params:
                 print(f"  {'':<18}   " + "  ".join(p.describe() for p in entry.params.values()))
+            if args.origin:
+                print(f"  {'':<18}   from {entry.origin}")
+            shown += 1
         print()
-    if not args.kind:
+    if pattern and not shown:
+        raise SuiteError(f"no component matches '{pattern}'")
+    if not kind and not pattern:
         print("train (every run):")
         print("  " + "  ".join(p.describe() for p in train_params().values()))
         print()
         _print_presets()
     return 0
+
+
+def _matches_any(registries, name: str) -> bool:
+    return any(name in registry.names() for registry in registries.values())
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -71,6 +89,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def cmd_run(args) -> int:
+    from suite.results import summary
     from suite.rundir import RunDir, read_json
     from suite.spec import canonical, default_run_dir, resolve
     from suite.backends import run_cells
@@ -105,13 +124,9 @@ def cmd_run(args) -> int:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # not an error: the checkpoint is in place for the requeued job
         for result in results:
-            if "grok_step" in result:  # a training run (a probe prints its own summary)
-                print(("" if len(seeds) == 1 else f"seed {result['spec']['seed']}: ")
-                      + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}  "
-                      f"delay {result['delay']}  final val_acc {result['final_val_acc']:.4f}  "
-                      f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}"
-                      + (f" (its share of an ensemble of {result['ensemble_size']})"
-                         if result.get("ensemble_size", 1) > 1 else ""), file=sys.stderr)
+            line = summary(result, "" if len(seeds) == 1 else f"seed {result['spec']['seed']}: ")
+            if line:
+                print(line, file=sys.stderr)
     for run_dir in run_dirs:
         print(RunDir(run_dir) / "result.json")
     return 0
@@ -197,8 +212,13 @@ def make_parser() -> argparse.ArgumentParser:
                                      + ": a grokking benchmark suite.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("list", help="show every registered task, model, optimizer, sampler and filter")
-    p.add_argument("kind", nargs="?", help="only this kind: task, model, opt, sampler, filter or preset")
+    p = sub.add_parser("list", help="show every registered task, model, optimizer, sampler, filter and runner",
+                       description="List registered components with their settings. `list opt`, `list 'adam*'`, "
+                                   "`list model '*former*'`.")
+    p.add_argument("kind", nargs="?", help="only this kind: task, model, opt, sampler, filter, runner or preset; "
+                                           "or a name pattern")
+    p.add_argument("pattern", nargs="?", help="only names matching this shell-style pattern, e.g. 'adam*'")
+    p.add_argument("--origin", action="store_true", help="also say where each component is defined (file:line)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="train one cell and write DIR/spec.json, metrics.jsonl, result.json",

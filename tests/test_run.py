@@ -1,10 +1,8 @@
 """`python -m suite run` end to end: files, reproducibility, resume, bad input, grokking."""
 
 import json
-import os
 import re
 import shlex
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -103,7 +101,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, messag
 def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
     from suite import register_model
     from suite.registry import SuiteError
-    from suite.train import build
+    from suite.stack import build
 
     @register_model("_image_only", inputs=("image",))
     class ImageOnly(torch.nn.Module):
@@ -119,30 +117,6 @@ def test_list_shows_every_component_with_parameters():
     for name in ("modular", "mlp", "adam", "adamw", "sgd", "adamlr", "adamlr_adaptive", "random", "full", "frequency"):
         assert re.search(rf"^  {name}\s+\S", out, re.M), name
     assert "c=10.0" in out and "p=97" in out and "batch_size=512" in out and "steps=20000" in out
-
-
-def _make_package(root: Path, module_code: str, ep_name: str = "parity") -> dict:
-    """A throwaway installed distribution (module + dist-info with an entry point) on PYTHONPATH."""
-    (root / "outside_pkg").mkdir()
-    (root / "outside_pkg/__init__.py").write_text(module_code)
-    info = root / "outside_pkg-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-pkg\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[suite.tasks]\n{ep_name} = outside_pkg\n")
-    return {"PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def test_readme_example_task_registers_through_an_entry_point_and_runs(tmp_path):
-    readme = (REPO / "README.md").read_text()
-    code = readme.split("<!-- example task -->")[1].split("```python")[1].split("```")[0]
-    env = _make_package(tmp_path, textwrap.dedent(code))
-    listing = run_cli("list", "task", env=env)
-    assert re.search(r"^  parity\s+Parity of n_bits bits", listing.stdout, re.M), listing.stdout + listing.stderr
-    proc = run_cli("run", "--task", "parity", "--set", "n_bits=6", "--steps", "20", "--set", "eval_every=10",
-                   "--out", tmp_path / "run", env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads((tmp_path / "run/result.json").read_text())["spec"]["task"] == {
-        "name": "parity", "n_bits": 6, "train_frac": 0.5}
 
 
 def test_a_small_cell_groks(tmp_path):
