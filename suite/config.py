@@ -23,6 +23,7 @@ class TrainConfig:
     eval_batch: int = 8192  # examples per evaluation chunk (per member of an ensemble)
     checkpoint_every: int = 2_000
     hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
+    keep_weights: bool = False  # the model's weights at memorization, grok step and end (suite/weights.py)
 
     def __post_init__(self):
         if self.steps <= 0:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import suite
-from suite import ensemble
+from suite import ensemble, weights
 from suite.components.optimizers import ParamGroups
 from suite.config import TrainConfig
 from suite.contracts import GradFilter, Sampler
@@ -202,6 +202,10 @@ class Stack:
                 record |= hessian_measures(self.model.alone(), m.data.x_train, m.data.y_train, self.loss_fn,
                                            cfg.eval_batch)
             _record(m, record)
+            if cfg.keep_weights:
+                for moment, reached in (("memorization", m.milestones.memorization_step), ("grok", m.milestones.grok_step)):
+                    if reached == step:
+                        weights.save(m.run_dir.path, moment, self.model.member_state_dicts()[i], step)
 
     def target_held(self, m: Member, step: int) -> bool:
         return self.cfg.patience is not None and m.milestones.held_since is not None \
@@ -268,6 +272,8 @@ class Stack:
             "torch_version": torch.__version__,
             "python": platform.python_version(),
         }
+        if self.cfg.keep_weights:  # before result.json: a finished run has its weights
+            weights.save(m.run_dir.path, "final", self.model.member_state_dicts()[self.live.index(m)], step)
         write_json(m.run_dir / "result.json", m.result)
         if m.tracker is not None:
             m.tracker.finish(m.result)

@@ -1,0 +1,69 @@
+"""Weights kept at memorization, grok step and end, and the model loaded back from a run dir."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO
+from suite.registry import SuiteError
+from suite.spec import resolve
+from suite.stack import task_data
+from suite.train import train
+from suite.weights import load_model, path_of, step_of
+
+# memorizes by step ~175 and holds val acc 0.9 from step ~250 (Adam-LR, p = 23): a second or two
+CELL = {"p": 23, "train_frac": 0.7, "test_frac": 0.3, "batch_size": 64, "target": 0.9, "train.steps": 600,
+        "eval_every": 25, "patience": 50, "keep_weights": True}
+CHOICES = {"opt": "adamlr"}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # members equal their separate runs bit for bit
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_run_keeps_its_weights_at_each_milestone_and_the_loaded_model_is_the_run(tmp_path):
+    (result,) = train([resolve(CHOICES, CELL)], [tmp_path], torch.device("cpu"))
+    assert result["grok_step"] is not None, result
+    assert step_of(tmp_path, "memorization") == result["memorization_step"]
+    assert step_of(tmp_path, "grok") == result["grok_step"]
+    assert step_of(tmp_path, "final") == result["steps"]
+    model = load_model(tmp_path, "final")
+    data, _ = task_data(json.loads((tmp_path / "spec.json").read_text()))
+    with torch.no_grad():
+        val_acc = (model(data.x_val).argmax(-1) == data.y_val).float().mean().item()
+    assert val_acc == result["final_val_acc"]
+    assert not (tmp_path / "checkpoint.pt").exists()  # checkpoints go, weights stay
+
+
+def test_an_ensemble_member_keeps_the_weights_of_its_separate_run(tmp_path):
+    specs = [resolve(CHOICES, CELL, seed) for seed in (0, 1)]
+    together = train(specs, [tmp_path / "e0", tmp_path / "e1"], torch.device("cpu"))
+    alone = train([specs[1]], [tmp_path / "alone"], torch.device("cpu"))[0]
+    assert together[1]["grok_step"] == alone["grok_step"]
+    for moment in ("memorization", "grok", "final"):
+        a, b = load_file(str(path_of(tmp_path / "e1", moment))), load_file(str(path_of(tmp_path / "alone", moment)))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_loading_what_was_not_kept_is_one_line(tmp_path):
+    train([resolve(CHOICES, {**CELL, "keep_weights": False, "train.steps": 10})], [tmp_path], torch.device("cpu"))
+    with pytest.raises(SuiteError, match="no final weights \\(the run kept no weights"):
+        load_model(tmp_path)
+    with pytest.raises(SuiteError, match="moment 'best' is not one of"):
+        load_model(tmp_path, "best")
+
+
+def test_readme_analysis_runs_on_a_kept_run(tmp_path):
+    train([resolve(CHOICES, CELL)], [tmp_path / "runs/w"], torch.device("cpu"))
+    code = (REPO / "README.md").read_text().split("<!-- example weights -->")[1].split("```python")[1].split("```")[0]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("key frequencies: [") and "of the power" in proc.stdout
