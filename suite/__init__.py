@@ -1,5 +1,14 @@
 """A benchmark suite for grokking: tasks x models x optimizers, one training loop, plain results."""
 
+import os as _os
+
+# tasks/ and models/ are top-level folders of the repository (its fixed layout) that import as
+# suite.tasks and suite.models, so that a user's own tasks/ or models/ folder cannot shadow them.
+# A built wheel puts them inside suite/; a source checkout finds them beside it.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if not _os.path.isdir(_os.path.join(__path__[0], "tasks")) and _os.path.isfile(_os.path.join(_checkout, "tasks", "__init__.py")):
+    __path__.append(_checkout)
+
 from suite.contracts import GradFilter, Sampler
 from suite.registry import (
     SuiteError,

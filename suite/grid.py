@@ -78,13 +78,22 @@ class Grid:
         return Grid(self.name, self.path, [c for c in self.cells if c.experiment in experiments], self.slurm)
 
 
+SHIPPED = Path(__file__).parent / "grids"  # suite/grids/*.toml, also inside an installed wheel
+
+
 def load(path: str | Path) -> Grid:
-    """Read, check and expand a grid file. Raises SuiteError (one line) on any bad input."""
+    """Read, check and expand a grid file: a path, or the name of a shipped grid ('quick' or
+    'quick.toml' for suite/grids/quick.toml, from any directory). Raises SuiteError (one line)
+    on any bad input."""
     path = Path(path)
+    shipped = SHIPPED / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
+    if not path.exists() and (len(path.parts) == 1 or path.parts[:-1] == ("suite", "grids")) and shipped.exists():
+        path = shipped
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise SuiteError(f"grid file {path} does not exist") from None
+        names = ", ".join(sorted(p.stem for p in SHIPPED.glob("*.toml")))
+        raise SuiteError(f"grid file {path} does not exist (shipped grids, by name: {names})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise SuiteError(f"{path}: not a valid TOML file: {err}") from None
     where = str(path)

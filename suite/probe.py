@@ -40,7 +40,7 @@ import suite
 from suite.rundir import RunDir, write_atomic, write_json
 from suite.spec import component_settings, spec_id
 from suite.results import git_commit
-from suite.stack import task_data
+from suite.spec import task_data
 
 METRICS = ("pca_ev", "pls_r2", "rho", "beta", "rho_within", "pls_rho", "pls_beta")
 

@@ -195,7 +195,7 @@ register_filter = FILTERS.register
 register_runner = RUNNERS.register
 
 # Built-in components: every module of these packages registers itself on import.
-_BUILTIN_PACKAGES = ("tasks", "models", "suite.components")
+_BUILTIN_PACKAGES = ("suite.tasks", "suite.models", "suite.components")
 ENTRY_POINT_GROUPS = ("suite.tasks", "suite.models", "suite.optimizers", "suite.samplers", "suite.filters",
                       "suite.runners")
 _discovered = False

@@ -20,7 +20,8 @@ from suite.backends import new_submission_dir, plan_chunks, write_manifest
 from suite.grid import Cell, Grid
 from suite.registry import SuiteError
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "slurm" / "array.sbatch"
+_INSTALLED = Path(__file__).resolve().parent / "slurm_template" / "array.sbatch"  # from a wheel
+TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parent.parent / "slurm" / "array.sbatch"
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0..1000)
 
 

@@ -99,3 +99,14 @@ def default_run_dir(spec: dict, root: str | Path = "runs") -> Path:
 def canonical(spec: dict) -> dict:
     """The spec as it reads back from JSON (tuples become lists), for comparisons."""
     return json.loads(json.dumps(spec))
+
+
+def task_data(spec: dict):
+    """The task's data and the model's registry entry, once the model is known to take that data."""
+    task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
+    data = task.build(spec["seed"], **component_settings(spec, "task"))
+    accepted = model_entry.info.get("inputs", ())
+    if data.kind not in accepted:
+        raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
+                         f"but task '{task.name}' gives {data.kind}")
+    return data, model_entry

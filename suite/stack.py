@@ -29,7 +29,7 @@ from suite.measures import LOSSES, Milestones, evaluate, progress_measures
 from suite.registry import ALL, SuiteError
 from suite.results import TRAIN, git_commit
 from suite.rundir import RunDir, rng_states, set_rng_states, write_json
-from suite.spec import component_settings, spec_id
+from suite.spec import component_settings, spec_id, task_data
 
 
 @dataclass
@@ -48,17 +48,6 @@ class Member:
     wall_before: float = 0.0  # this member's share of the wall time before a resume
     result: dict | None = None  # set once it stops (target held, or the budget)
     notes: list[str] = field(default_factory=list)
-
-
-def task_data(spec: dict):
-    """The task's data and the model's registry entry, once the model is known to take that data."""
-    task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
-    data = task.build(spec["seed"], **component_settings(spec, "task"))
-    accepted = model_entry.info.get("inputs", ())
-    if data.kind not in accepted:
-        raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
-                         f"but task '{task.name}' gives {data.kind}")
-    return data, model_entry
 
 
 def build_member(spec: dict, device: torch.device) -> tuple[Member, torch.nn.Module]:

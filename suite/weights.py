@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from suite.registry import SuiteError
 from suite.rundir import read_json
-from suite.spec import component_settings
+from suite.spec import component_settings, task_data
 
 MOMENTS = ("memorization", "grok", "final")
 
@@ -54,8 +54,6 @@ def step_of(run_dir: str | Path, moment: str) -> int:
 
 def load_model(run_dir: str | Path, moment: str = "final", device: str | torch.device = "cpu") -> torch.nn.Module:
     """The model of a finished run as it was at `moment` (memorization, grok or final), in eval mode."""
-    from suite.stack import task_data  # the task's data gives the model its sizes
-
     if moment not in MOMENTS:
         raise SuiteError(f"moment '{moment}' is not one of {', '.join(MOMENTS)}")
     path = path_of(run_dir, moment)
@@ -64,7 +62,7 @@ def load_model(run_dir: str | Path, moment: str = "final", device: str | torch.d
             "the run kept no weights (train.keep_weights=false)"
         raise SuiteError(f"{path}: no {moment} weights ({reason})")
     spec = read_json(Path(run_dir) / "spec.json")
-    data, model_entry = task_data(spec)
+    data, model_entry = task_data(spec)  # the task's data gives the model its sizes
     model = model_entry.build(data, **component_settings(spec, "model"))
     model.load_state_dict(load_file(str(path)))
     return model.to(device).eval()

@@ -11,7 +11,7 @@ from suite.components.optimizers import ParamGroups
 from suite.registry import ALL
 from suite.spec import resolve
 from conftest import build_one
-from tasks.modular import modular
+from suite.tasks.modular import modular
 
 CPU = torch.device("cpu")
 

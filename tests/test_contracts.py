@@ -237,7 +237,7 @@ def test_readme_adds_one_component_of_each_kind_from_a_new_module_and_runs_them(
 
 # --- every built-in component, a few steps on a tiny task --------------------------------------------
 
-BUILTIN = ("tasks.", "models.", "suite.components.")
+BUILTIN = ("suite.tasks.", "suite.models.", "suite.components.")
 TINY_TASK = {  # task -> (settings, a model that reads it)
     "modular": ({"p": 11, "train_frac": 0.5, "test_frac": 0.3}, "mlp"),
     "polygons": ({"resolution": 16, "train_frac": 0.004, "n_val": 24}, "mlp"),

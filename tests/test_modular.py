@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from suite import SuiteError
-from tasks.modular import OPS, modular
+from suite.tasks.modular import OPS, modular
 
 
 def pairs(x):

@@ -13,7 +13,7 @@ from suite import SuiteError
 from suite.cli import main
 from suite.probe import best_layers, extract, layer_measures, scaling_rate, summarize
 from suite.spec import default_run_dir, resolve
-from tasks.number_probe import base26, number_interval, number_probe
+from suite.tasks.number_probe import base26, number_interval, number_probe
 
 GROUPS = [1, 2, 3, 4]
 
@@ -187,7 +187,7 @@ def test_directory_that_is_not_a_model(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def minilm():
-    from models.pretrained import minilm as load_minilm
+    from suite.models.pretrained import minilm as load_minilm
 
     torch.set_num_threads(1)
     return load_minilm(None)

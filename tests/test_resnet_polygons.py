@@ -8,15 +8,15 @@ import pytest
 import torch
 import torchvision
 
-import tasks.polygons as polygons_module
-from models import resnet as resnet_module
-from models.mlp import MLP
-from models.resnet import ResNet18
+import suite.tasks.polygons as polygons_module
+from suite.models import resnet as resnet_module
+from suite.models.mlp import MLP
+from suite.models.resnet import ResNet18
 from suite.registry import SuiteError
 from suite.spec import resolve
 from suite.stack import build
 from suite.train import train
-from tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, load_images, polygons, render
+from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, load_images, polygons, render
 
 RES = 16  # the dataset is rendered once per session at this size (a few seconds)
 

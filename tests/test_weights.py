@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from conftest import REPO
 from suite.registry import SuiteError
 from suite.spec import resolve
-from suite.stack import task_data
+from suite.spec import task_data
 from suite.train import train
 from suite.weights import load_model, path_of, step_of
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-import tasks.zipf_text as zipf_module
+import suite.tasks.zipf_text as zipf_module
 from suite.measures import frequency_quartiles
 from suite.registry import SuiteError
 from suite.spec import resolve
 from suite.train import train
-from tasks.zipf_text import SHAKESPEARE_INSTALL, zipf_text
+from suite.tasks.zipf_text import SHAKESPEARE_INSTALL, zipf_text
 
 
 @pytest.fixture(scope="module")

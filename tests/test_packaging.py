@@ -1,0 +1,66 @@
+"""The built wheel works outside the repository: shipped grids, the sbatch template, and
+tasks/models under the suite namespace (a user's own models/ folder cannot shadow them)."""
+
+import site
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The suite's wheel, built from this checkout and installed into a fresh venv whose other
+    packages (torch, ...) come from the test environment."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp / "dist",
+                    REPO], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp / "dist").glob("grokking_suite-*.whl")
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel],
+                   check=True, capture_output=True, timeout=300)
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    # the test environment's packages, as a plain path: its editable install of this checkout stays out
+    deps = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
+    (tmp / "venv" / purelib.split(str(venv) + "/", 1)[1] / "deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    work = tmp / "elsewhere"
+    (work / "models").mkdir(parents=True)  # a user's folders of the same names
+    (work / "tasks").mkdir()
+    (work / "models" / "__init__.py").write_text("raise ImportError('the user folder was imported')\n")
+    return python, work
+
+
+def _suite(installed, *args):
+    python, work = installed
+    return subprocess.run([python, "-m", "suite", *args], cwd=work, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+
+
+def test_the_wheel_is_the_suite_not_the_checkout(installed):
+    python, work = installed
+    where = subprocess.run([python, "-c", "import suite, suite.tasks, suite.models; "
+                                          "print(suite.__file__, suite.tasks.__file__, suite.models.__file__)"],
+                           cwd=work, capture_output=True, text=True, check=True).stdout.split()
+    assert all("/venv/" in path and str(REPO) not in path for path in where), where
+
+
+def test_models_and_tasks_are_listed_beside_a_users_folders_of_those_names(installed):
+    proc = _suite(installed, "list", "model")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    assert "  mlp " in proc.stdout and "  transformer " in proc.stdout
+    assert "  modular " in _suite(installed, "list", "task").stdout
+
+
+def test_a_shipped_grid_runs_by_name_locally_and_for_slurm(installed):
+    local = _suite(installed, "grid", "quick", "--dry-run")
+    assert local.returncode == 0, local.stderr
+    assert "quick: 6 cells" in local.stderr and len(local.stdout.splitlines()) == 6
+    slurm = _suite(installed, "grid", "quick", "--backend", "slurm", "--dry-run")
+    assert slurm.returncode == 0, slurm.stderr
+    assert "#SBATCH --array=0-1" in slurm.stdout and "-m suite chunk" in slurm.stdout
