@@ -47,7 +47,7 @@ import inspect
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Protocol
 
 from suite.errors import SuiteError
 
@@ -76,6 +76,15 @@ class GradFilter:
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+class Tracker(Protocol):
+    """What the loop reports to (suite/tracking.py's W&B tracker; tests' own): every evaluation's
+    record, then the result."""
+
+    def log(self, record: dict, step: int) -> None: ...
+
+    def finish(self, result: dict) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -21,7 +22,7 @@ import suite
 from suite import ensemble, weights
 from suite.components.optimizers import ParamGroups
 from suite.config import TrainConfig
-from suite.contracts import GradFilter, Sampler
+from suite.contracts import GradFilter, Sampler, Tracker
 from suite.data import TaskData
 from suite.ensemble import Ensemble
 from suite.hessian import hessian_measures
@@ -40,10 +41,10 @@ class Member:
     data: TaskData
     sampler: Sampler
     generator: torch.Generator
-    tracker: object = None  # suite.tracking's, or None: log(record, step), finish(result)
+    tracker: Tracker | None = None
     run_dir: RunDir | None = None
     milestones: Milestones | None = None
-    metrics_file: object = None  # the open metrics.jsonl
+    metrics_file: TextIO | None = None  # the open metrics.jsonl
     record: dict | None = None  # the last evaluation
     wall_before: float = 0.0  # this member's share of the wall time before a resume
     result: dict | None = None  # set once it stops (target held, or the budget)
