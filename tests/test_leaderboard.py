@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 
 from suite.cli import main
-from suite.leaderboard import CellLabels, MethodLabels, best_val_acc, generate, is_plain, performance_profile, pick_baseline, summarise
+from suite.leaderboard import generate
+from suite.leaderboard.collect import CellLabels, MethodLabels
+from suite.leaderboard.stats import best_val_acc, is_plain, performance_profile, pick_baseline, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "leaderboard"
