@@ -271,3 +271,50 @@ def test_probe_results_get_a_per_layer_table_and_plot(tmp_path):
     assert csv["rho_std"].isna().all()  # null std stays missing, not 0
     page = (tmp_path / "out" / "probes.md").read_text()
     assert "by_ev: layer 2 (pca_ev 0.20, rho 0.50); by_ev_ordered: -" in page
+
+
+def write_train_run(root: Path, seed: int, opt: str = "adam", grok_step: int | None = 300) -> Path:
+    """A training run's result.json, without metrics (so no curves to draw): cheap to tabulate."""
+    spec = {"task": {"name": "modular", "p": 23}, "model": {"name": "mlp"}, "opt": {"name": opt, "lr": 0.001},
+            "filter": {"name": "none"}, "sampler": {"name": "random", "batch_size": 64},
+            "train": {"steps": 1000, "eval_every": 100, "memorization": 0.99, "target": 0.95}, "seed": seed}
+    run = root / f"modular-mlp-{opt}" / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "memorization_step": 100,
+                                                 "grok_step": grok_step, "wall_s": 1.0, "git_commit": "a" * 40}))
+    return run
+
+
+def test_default_out_is_beside_the_runs_and_regenerates_over_itself(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_train_run(root, seed)
+    assert main(["leaderboard", str(root)]) == 0
+    out = root / "leaderboard"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(out / "index.md")
+    first = files(out)
+    assert {"index.md", "modular-mlp.md", "profile.md", "generated.txt"} <= set(first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # nothing written beside the root
+    assert main(["leaderboard", str(root)]) == 0  # over its own output: allowed, same bytes
+    assert files(out) == first
+
+
+def test_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
+    root = tmp_path / "runs"
+    write_train_run(root, 0)
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "index.md").write_text("my own notes\n")  # no generated.txt: nothing here is the leaderboard's
+    assert main(["leaderboard", str(root), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(out / "index.md") in err[0]
+    assert files(out) == {"index.md": b"my own notes\n"}  # nothing written, not even the listing
+
+    assert main(["leaderboard", str(root), "--out", str(tmp_path / "board")]) == 0
+    listing = (tmp_path / "board" / "generated.txt").read_text()
+    (tmp_path / "board" / "generated.txt").write_text(listing.replace("profile.md\n", ""))
+    (tmp_path / "board" / "profile.md").write_text("edited by hand\n")  # listed by no run any more
+    before = files(tmp_path / "board")
+    assert main(["leaderboard", str(root), "--out", str(tmp_path / "board")]) == 2
+    assert "profile.md" in capsys.readouterr().err
+    assert files(tmp_path / "board") == before

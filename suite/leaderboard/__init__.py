@@ -1,7 +1,10 @@
 """Leaderboards from result files: tables (Markdown + CSV), a performance profile, plots.
 
-    python -m suite leaderboard                          # runs/ -> leaderboards/
+    python -m suite leaderboard                          # runs/ -> runs/leaderboard/
     python -m suite leaderboard runs/paper --out leaderboards/paper
+
+The output dir lists what the last run wrote in generated.txt: the next run drops files it no
+longer writes, and refuses (before writing anything) to overwrite a file not on that list.
 
 Everything comes from the run directories the suite writes (result.json, metrics.jsonl),
 never from a tracker. The output is a pure function of those files: rows are sorted,
@@ -61,13 +64,18 @@ from suite.registry import SuiteError
 from suite.results import TRAIN
 from suite.rundir import write_atomic
 
-__all__ = ["generate", "terminal_summary"]
+__all__ = ["default_out", "generate", "terminal_summary"]
 
 GENERATED = "generated.txt"  # what the last run wrote, so the next one can drop stale files
 
 
-def generate(root: str | Path = "runs", out: str | Path = "leaderboards", tau_max: float | None = None) -> list[str]:
-    """Write every table and plot for the runs under root into out; returns the files written."""
+def default_out(root: str | Path) -> Path:
+    return Path(root) / "leaderboard"  # beside the runs it describes, never a committed directory
+
+
+def generate(root: str | Path = "runs", out: str | Path | None = None, tau_max: float | None = None) -> list[str]:
+    """Write every table and plot for the runs under root into out (default: default_out(root));
+    returns the files written."""
     tau_max = TAU_MAX if tau_max is None else tau_max
     if not tau_max > 1:
         raise SuiteError(f"tau_max must be > 1, got {tau_max}")
@@ -81,7 +89,7 @@ def generate(root: str | Path = "runs", out: str | Path = "leaderboards", tau_ma
         if s.runner in col.results:
             index += s.fn(Board(col, col.results[s.runner], command, files))
     files.add("index.md", _index(col, index, command))
-    _write(Path(out), files)
+    _write(default_out(root) if out is None else Path(out), files)
     return list(files)
 
 
@@ -96,13 +104,19 @@ def _index(col: Collection, sections: list[str], command: str) -> str:
 
 
 def _write(out: Path, files: Files) -> None:
-    """Write files under out, then drop what the previous run listed in GENERATED but this one did not write."""
+    """Write files under out, then drop what the previous run listed in GENERATED but this one did
+    not write. A file in the way that no run listed is someone else's: stop before writing any."""
+    listing = out / GENERATED
+    old = listing.read_text().split() if listing.exists() else []
+    foreign = [rel for rel in files if rel not in old and (out / rel).exists()]
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise SuiteError(f"{out / foreign[0]}{more} exists and was not written by a leaderboard (not in {listing}); "
+                         "choose another --out or move it")
     for rel, data in files.items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, data)
-    listing = out / GENERATED
-    old = listing.read_text().split() if listing.exists() else []
     for rel in sorted(set(old) - set(files)):
         path = (out / rel).resolve()
         if out.resolve() in path.parents and path.is_file():
