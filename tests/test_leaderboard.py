@@ -223,10 +223,10 @@ def test_missing_or_empty_root_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad" / "run"
     bad.mkdir(parents=True)
     (bad / "result.json").write_text("{not json")
-    assert main(["leaderboard", str(tmp_path / "bad"), "--out", str(out)]) == 2
+    assert main(["leaderboard", str(tmp_path / "bad"), "--out", str(out)]) == 2  # its only result is skipped
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
-    assert "result.json" in err[2]
+    assert [line.split(":")[0] for line in err] == ["error", "error", "warning", "error"]
+    assert str(bad / "result.json") in err[2] and "no readable result.json" in err[3]
     assert not out.exists()
 
 
@@ -318,3 +318,23 @@ def test_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
     assert main(["leaderboard", str(root), "--out", str(tmp_path / "board")]) == 2
     assert "profile.md" in capsys.readouterr().err
     assert files(tmp_path / "board") == before
+
+
+def test_an_unreadable_result_file_is_skipped_with_one_warning(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_train_run(root, seed)
+    empty, corrupt = write_train_run(root, 2) / "result.json", write_train_run(root, 3) / "result.json"
+    empty.write_text("")
+    corrupt.write_text(corrupt.read_text()[:40])  # cut off mid-write
+    foreign = root / "other" / "result.json"
+    foreign.parent.mkdir()
+    foreign.write_text('{"accuracy": 0.5}')  # JSON, but not this suite's
+    written = generate(root, tmp_path / "out")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("warning: ") and line.endswith("skipped") for line in err)
+    assert [str(p) in line for p, line in zip(sorted((empty, corrupt, foreign)), err)] == [True] * 3
+    assert "modular-mlp.md" in written
+    table = pd.read_csv(tmp_path / "out" / "modular-mlp.csv")
+    assert list(table["seeds"]) == [2]  # the two readable runs, no more
+

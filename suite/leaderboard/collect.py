@@ -8,6 +8,7 @@ other runners' results are kept as they are, for the sections that read them.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +60,9 @@ class Collection:
 
 
 def collect(root: str | Path) -> Collection:
-    """Every result.json under root (recursively), in path order; the same spec found twice counts once."""
+    """Every result.json under root (recursively), in path order; the same spec found twice counts
+    once. One that cannot be read (a run killed while writing it, a stray file) is skipped with a
+    warning: one bad file should not hide every other run."""
     root = Path(root)
     if not root.is_dir():
         raise SuiteError(f"{root}: no such directory of runs")
@@ -68,12 +71,14 @@ def collect(root: str | Path) -> Collection:
         try:
             result = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise SuiteError(f"{path}: unreadable result file ({err})") from None
+            print(f"warning: {path}: unreadable result file ({err}); skipped", file=sys.stderr)
+            continue
         spec = result.get("spec") if isinstance(result, dict) else None
         runner = runner_of(result) if isinstance(spec, dict) else None
         needed = ("task", "model", *COMPONENTS, "train", "seed") if runner == TRAIN else ("task", "model", "seed")
         if not isinstance(spec, dict) or not all(k in spec for k in needed):
-            raise SuiteError(f"{path}: not a result file of this suite (no full spec)")
+            print(f"warning: {path}: not a result file of this suite (no full spec); skipped", file=sys.stderr)
+            continue
         run_id = result.get("run_id") or spec_id(spec)
         if run_id in seen:
             continue
@@ -100,7 +105,7 @@ def collect(root: str | Path) -> Collection:
             "git_commit": result.get("git_commit"),
         })
     if not results:
-        raise SuiteError(f"{root}: no result.json under it")
+        raise SuiteError(f"{root}: no readable result.json under it")
     runs = pd.DataFrame(rows, columns=["dir", "run_id", "seed", "task", "model", "cell_id", "method_id", "memorization_step",
                                        "grok_step", "wall_s", "budget", "eval_every", "git_commit"])
     return Collection(root, results, runs, cells, methods, metrics)
