@@ -338,3 +338,40 @@ def test_an_unreadable_result_file_is_skipped_with_one_warning(tmp_path, capsys)
     table = pd.read_csv(tmp_path / "out" / "modular-mlp.csv")
     assert list(table["seeds"]) == [2]  # the two readable runs, no more
 
+
+def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkeypatch):
+    from suite.leaderboard import sections
+
+    monkeypatch.setattr(sections, "SECTIONS", list(sections.SECTIONS))  # this test's sections go with it
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_train_run(root, seed)
+    toy = root / "toy-m" / "seed0"
+    toy.mkdir(parents=True)
+    (toy / "result.json").write_text(json.dumps({"spec": {"task": {"name": "toy"}, "model": {"name": "m"}, "seed": 0},
+                                                 "runner": "toy", "score": 7}))
+
+    @sections.section("cell")
+    def seeds(cell):
+        return [("seeds", "seeds", f"{cell.rows['seeds'].sum()} seeds of {cell.title}".encode())]
+
+    @sections.section("page")
+    def extra(page):
+        return [("Extra: everything", "everything", "extra", f"{len(page.rows)} rows".encode())]
+
+    @sections.section("board", runner="toy")
+    def toy_page(board):
+        board.files.add("toy.md", f"{len(board.results)} result, score {board.results[0]['result']['score']}\n")
+        return ["Toy results: [toy.md](toy.md).\n"]
+
+    out = tmp_path / "out"
+    generate(root, out)
+    page = (out / "modular-mlp.md").read_text()
+    assert "![seeds](modular-mlp/all.seeds.png)" in page and "## Extra: everything\n\n![extra](modular-mlp/everything.extra.png)" in page
+    assert (out / "modular-mlp/all.seeds.png").read_text() == "2 seeds of modular / mlp"
+    assert (out / "modular-mlp/everything.extra.png").read_text() == "1 rows"
+    assert (out / "toy.md").read_text() == "1 result, score 7\n"
+    index = (out / "index.md").read_text()
+    assert "from 3 result files" in index and "Toy results: [toy.md](toy.md)." in index
+    with pytest.raises(ValueError):
+        sections.section("cell", runner="toy")  # cells are training runs'
