@@ -107,7 +107,7 @@ def _write(out: Path, files: Files) -> None:
     """Write files under out, then drop what the previous run listed in GENERATED but this one did
     not write. A file in the way that no run listed is someone else's: stop before writing any."""
     listing = out / GENERATED
-    old = listing.read_text().split() if listing.exists() else []
+    old = set(listing.read_text().split()) if listing.exists() else set()
     foreign = [rel for rel in files if rel not in old and (out / rel).exists()]
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
@@ -117,7 +117,7 @@ def _write(out: Path, files: Files) -> None:
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, data)
-    for rel in sorted(set(old) - set(files)):
+    for rel in sorted(old - set(files)):
         path = (out / rel).resolve()
         if out.resolve() in path.parents and path.is_file():
             path.unlink()
