@@ -186,12 +186,13 @@ def cmd_chunk(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
-    from suite.leaderboard import generate, terminal_summary
+    from suite.leaderboard import default_out, generate, terminal_summary
 
-    written = generate(args.root, args.out, tau_max=args.tau_max)
-    print(f"{len(written)} files written to {args.out}", file=sys.stderr)
-    print("\n".join(terminal_summary(Path(args.out), written)))
-    print(Path(args.out) / "index.md")
+    out = default_out(args.root) if args.out is None else Path(args.out)
+    written = generate(args.root, out, tau_max=args.tau_max)
+    print(f"{len(written)} files written to {out}", file=sys.stderr)
+    print("\n".join(terminal_summary(out, written)))
+    print(out / "index.md")
     return 0
 
 
@@ -285,7 +286,8 @@ def make_parser() -> argparse.ArgumentParser:
                                    "their tables and the paths of their accuracy plots. The last stdout line "
                                    "is the path of the index.")
     p.add_argument("root", nargs="?", default="runs", help="directory searched recursively for result.json (default runs/)")
-    p.add_argument("--out", default="leaderboards", help="where tables and plots go (default leaderboards/)")
+    p.add_argument("--out", help="where tables and plots go (default ROOT/leaderboard); a file there that "
+                                 "an earlier leaderboard did not write is never overwritten")
     p.add_argument("--tau-max", type=float, help="performance profile over tau in [1, TAU_MAX] (default 4, AlgoPerf's)")
     p.set_defaults(func=cmd_leaderboard)
 

@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 
 from suite.cli import main
-from suite.leaderboard import CellLabels, MethodLabels, best_val_acc, generate, is_plain, performance_profile, pick_baseline, summarise
+from suite.leaderboard import generate
+from suite.leaderboard.collect import CellLabels, MethodLabels
+from suite.leaderboard.stats import best_val_acc, is_plain, performance_profile, pick_baseline, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "leaderboard"
@@ -221,10 +223,10 @@ def test_missing_or_empty_root_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad" / "run"
     bad.mkdir(parents=True)
     (bad / "result.json").write_text("{not json")
-    assert main(["leaderboard", str(tmp_path / "bad"), "--out", str(out)]) == 2
+    assert main(["leaderboard", str(tmp_path / "bad"), "--out", str(out)]) == 2  # its only result is skipped
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
-    assert "result.json" in err[2]
+    assert [line.split(":")[0] for line in err] == ["error", "error", "warning", "error"]
+    assert str(bad / "result.json") in err[2] and "no readable result.json" in err[3]
     assert not out.exists()
 
 
@@ -269,3 +271,107 @@ def test_probe_results_get_a_per_layer_table_and_plot(tmp_path):
     assert csv["rho_std"].isna().all()  # null std stays missing, not 0
     page = (tmp_path / "out" / "probes.md").read_text()
     assert "by_ev: layer 2 (pca_ev 0.20, rho 0.50); by_ev_ordered: -" in page
+
+
+def write_train_run(root: Path, seed: int, opt: str = "adam", grok_step: int | None = 300) -> Path:
+    """A training run's result.json, without metrics (so no curves to draw): cheap to tabulate."""
+    spec = {"task": {"name": "modular", "p": 23}, "model": {"name": "mlp"}, "opt": {"name": opt, "lr": 0.001},
+            "filter": {"name": "none"}, "sampler": {"name": "random", "batch_size": 64},
+            "train": {"steps": 1000, "eval_every": 100, "memorization": 0.99, "target": 0.95}, "seed": seed}
+    run = root / f"modular-mlp-{opt}" / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "memorization_step": 100,
+                                                 "grok_step": grok_step, "wall_s": 1.0, "git_commit": "a" * 40}))
+    return run
+
+
+def test_default_out_is_beside_the_runs_and_regenerates_over_itself(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_train_run(root, seed)
+    assert main(["leaderboard", str(root)]) == 0
+    out = root / "leaderboard"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(out / "index.md")
+    first = files(out)
+    assert {"index.md", "modular-mlp.md", "profile.md", "generated.txt"} <= set(first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # nothing written beside the root
+    assert main(["leaderboard", str(root)]) == 0  # over its own output: allowed, same bytes
+    assert files(out) == first
+
+
+def test_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
+    root = tmp_path / "runs"
+    write_train_run(root, 0)
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "index.md").write_text("my own notes\n")  # no generated.txt: nothing here is the leaderboard's
+    assert main(["leaderboard", str(root), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(out / "index.md") in err[0]
+    assert files(out) == {"index.md": b"my own notes\n"}  # nothing written, not even the listing
+
+    assert main(["leaderboard", str(root), "--out", str(tmp_path / "board")]) == 0
+    listing = (tmp_path / "board" / "generated.txt").read_text()
+    (tmp_path / "board" / "generated.txt").write_text(listing.replace("profile.md\n", ""))
+    (tmp_path / "board" / "profile.md").write_text("edited by hand\n")  # listed by no run any more
+    before = files(tmp_path / "board")
+    assert main(["leaderboard", str(root), "--out", str(tmp_path / "board")]) == 2
+    assert "profile.md" in capsys.readouterr().err
+    assert files(tmp_path / "board") == before
+
+
+def test_an_unreadable_result_file_is_skipped_with_one_warning(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_train_run(root, seed)
+    empty, corrupt = write_train_run(root, 2) / "result.json", write_train_run(root, 3) / "result.json"
+    empty.write_text("")
+    corrupt.write_text(corrupt.read_text()[:40])  # cut off mid-write
+    foreign = root / "other" / "result.json"
+    foreign.parent.mkdir()
+    foreign.write_text('{"accuracy": 0.5}')  # JSON, but not this suite's
+    written = generate(root, tmp_path / "out")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("warning: ") and line.endswith("skipped") for line in err)
+    assert [str(p) in line for p, line in zip(sorted((empty, corrupt, foreign)), err)] == [True] * 3
+    assert "modular-mlp.md" in written
+    table = pd.read_csv(tmp_path / "out" / "modular-mlp.csv")
+    assert list(table["seeds"]) == [2]  # the two readable runs, no more
+
+
+def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkeypatch):
+    from suite.leaderboard import sections
+
+    monkeypatch.setattr(sections, "SECTIONS", list(sections.SECTIONS))  # this test's sections go with it
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_train_run(root, seed)
+    toy = root / "toy-m" / "seed0"
+    toy.mkdir(parents=True)
+    (toy / "result.json").write_text(json.dumps({"spec": {"task": {"name": "toy"}, "model": {"name": "m"}, "seed": 0},
+                                                 "runner": "toy", "score": 7}))
+
+    @sections.section("cell")
+    def seeds(cell):
+        return [("seeds", "seeds", f"{cell.rows['seeds'].sum()} seeds of {cell.title}".encode())]
+
+    @sections.section("page")
+    def extra(page):
+        return [("Extra: everything", "everything", "extra", f"{len(page.rows)} rows".encode())]
+
+    @sections.section("board", runner="toy")
+    def toy_page(board):
+        board.files.add("toy.md", f"{len(board.results)} result, score {board.results[0]['result']['score']}\n")
+        return ["Toy results: [toy.md](toy.md).\n"]
+
+    out = tmp_path / "out"
+    generate(root, out)
+    page = (out / "modular-mlp.md").read_text()
+    assert "![seeds](modular-mlp/all.seeds.png)" in page and "## Extra: everything\n\n![extra](modular-mlp/everything.extra.png)" in page
+    assert (out / "modular-mlp/all.seeds.png").read_text() == "2 seeds of modular / mlp"
+    assert (out / "modular-mlp/everything.extra.png").read_text() == "1 rows"
+    assert (out / "toy.md").read_text() == "1 result, score 7\n"
+    index = (out / "index.md").read_text()
+    assert "from 3 result files" in index and "Toy results: [toy.md](toy.md)." in index
+    with pytest.raises(ValueError):
+        sections.section("cell", runner="toy")  # cells are training runs'

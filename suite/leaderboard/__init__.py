@@ -1,0 +1,160 @@
+"""Leaderboards from result files: tables (Markdown + CSV), a performance profile, plots.
+
+    python -m suite leaderboard                          # runs/ -> runs/leaderboard/
+    python -m suite leaderboard runs/paper --out leaderboards/paper
+
+The output dir lists what the last run wrote in generated.txt: the next run drops files it no
+longer writes, and refuses (before writing anything) to overwrite a file not on that list.
+
+Everything comes from the run directories the suite writes (result.json, metrics.jsonl),
+never from a tracker. The output is a pure function of those files: rows are sorted,
+numbers have fixed formats, and headers record the command and the git commits stored in
+the results (not the time, not the current commit), so running the command again over the
+same runs rewrites every table byte for byte.
+
+Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
+- cell: a task with all its settings x a model with all its settings x the targets
+  (train.memorization, train.target). One section per cell, one file per (task, model).
+- method: optimizer + filter + sampler with all their settings, plus the train settings that
+  change training (loss, warmup_steps, ...). The budget and evaluation settings (steps,
+  eval_every, patience, eval_batch, checkpoint_every, hessian_every) are conditions, not methods.
+- budget of a cell: the smallest train.steps among its runs; a milestone after it does not count.
+- success: the grok step was reached within the budget.
+- time to target: the median grok step over seeds, a seed that failed counting as infinity
+  (AlgoPerf's median over studies), so it is inf when at least half the seeds failed.
+- baseline of a row: among the cell's plain rows (optimizer adam or adamw, no filter, sampler
+  random, epoch or full, loss ce), the one that agrees with the row on the most method
+  settings; ties go to the faster baseline (smaller time to target), then to more seeds, then
+  to the label. A plain row is its own baseline. speed-up = baseline's time to target / row's.
+- performance profile: in every cell where at least two methods ran and one reached the
+  target, ratio r = a method's time to target / the best in that cell (inf for a failure);
+  rho(tau) = share of the cells a method ran in with r <= tau; score = area under rho over
+  [1, tau_max] / (tau_max - 1), so 1 = best everywhere it ran, 0 = never within tau_max.
+
+Layout: collect.py reads the runs, stats.py computes the numbers, tables.py writes text,
+plots.py draws, pages.py makes the training runs' pages, and sections.py is the registry
+through which a study adds its own figures and pages without touching any of those: every
+module of suite/leaderboard/studies/ is imported before a leaderboard is made, so a new study
+is one module there, for instance suite/leaderboard/studies/my_study.py:
+
+    from suite.leaderboard.plots import figure, to_png
+    from suite.leaderboard.sections import Cell, section
+
+    @section("cell")  # a figure under every cell's table; "page" and "board" also exist
+    def wall_time(cell: Cell) -> list:
+        fig = figure(figsize=(6, 4))
+        fig.subplots().bar(cell.rows["method"], cell.rows["wall_s_median"])
+        return [("wall time", "wall_time", to_png(fig))]  # -> <page>/<cell>.wall_time.png
+
+What is specific to the studies this suite was built for (which rows are plain baselines, the
+c sweep and sampling figures, the number probes' page) lives in that package.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from suite.leaderboard.collect import Collection, collect
+from suite.leaderboard.pages import terminal_summary, training_pages
+from suite.leaderboard.sections import Board, Files, registered
+from suite.leaderboard.stats import TAU_MAX
+from suite.leaderboard.tables import commits_text
+from suite.registry import SuiteError
+from suite.results import TRAIN
+from suite.rundir import write_atomic
+
+__all__ = ["default_out", "generate", "terminal_summary"]
+
+GENERATED = "generated.txt"  # what the last run wrote, so the next one can drop stale files
+
+
+def default_out(root: str | Path) -> Path:
+    return Path(root) / "leaderboard"  # beside the runs it describes, never a committed directory
+
+
+def generate(root: str | Path = "runs", out: str | Path | None = None, tau_max: float | None = None) -> list[str]:
+    """Write every table and plot for the runs under root into out (default: default_out(root));
+    returns the files written."""
+    tau_max = TAU_MAX if tau_max is None else tau_max
+    if not tau_max > 1:
+        raise SuiteError(f"tau_max must be > 1, got {tau_max}")
+    col = collect(root)
+    command = f"python -m suite leaderboard {os.path.normpath(str(root))}" + (
+        f" --tau-max {tau_max:g}" if tau_max != TAU_MAX else "")
+    files, index = Files(), []
+    if TRAIN in col.results:
+        index += training_pages(col, command, tau_max, files)
+    for s in registered("board"):
+        if s.runner in col.results:
+            index += s.fn(Board(col, col.results[s.runner], command, files))
+    files.add("index.md", _index(col, index, command))
+    _write(default_out(root) if out is None else Path(out), files)
+    return list(files)
+
+
+def _index(col: Collection, sections: list[str], command: str) -> str:
+    results = [r for by_runner in col.results.values() for r in by_runner]
+    return "\n".join([
+        "# Leaderboards\n",
+        f"Generated by `{command}` from {len(results)} result files "
+        f"(git commits recorded in them: {commits_text([r['result'].get('git_commit') for r in results])}). "
+        "Regenerate with the same command; every number comes from those files.\n",
+        *sections, DEFINITIONS])
+
+
+def _write(out: Path, files: Files) -> None:
+    """Write files under out, then drop what the previous run listed in GENERATED but this one did
+    not write. A file in the way that no run listed is someone else's: stop before writing any."""
+    listing = out / GENERATED
+    old = set(listing.read_text().split()) if listing.exists() else set()
+    foreign = [rel for rel in files if rel not in old and (out / rel).exists()]
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise SuiteError(f"{out / foreign[0]}{more} exists and was not written by a leaderboard (not in {listing}); "
+                         "choose another --out or move it")
+    for rel, data in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+    for rel in sorted(old - set(files)):
+        path = (out / rel).resolve()
+        if out.resolve() in path.parents and path.is_file():
+            path.unlink()
+            for parent in path.parents:
+                if parent == out.resolve() or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+    write_atomic(listing, "".join(f"{rel}\n" for rel in sorted(files)))
+
+
+# what index.md says of the tables; the baseline rule in words is suite.leaderboard.studies' BASELINE_*
+DEFINITIONS = """\
+## How to read the tables
+
+- **cell**: a task with all its settings x a model with all its settings x the targets. Each
+  section lists the cell's full settings, its budget (steps per run; the smallest train.steps
+  of its runs: a milestone after it does not count), how often it was evaluated, its seeds
+  and the git commits recorded in its results.
+- **method**: optimizer + filter + sampler with their settings, plus train settings that
+  change training (loss, warmup). Labels show the settings that vary among the collected runs.
+- **memorization / grok / delay**: first evaluated step with train acc >= the memorization
+  threshold / val acc >= the target, and grok - memorization: median over the seeds that
+  reached it, [min, max] over the same seeds, (k/n) when only k of n seeds reached it.
+- **success**: seeds that grokked within the budget / seeds.
+- **best val**: each seed's highest evaluated val accuracy within the budget: median [min, max]
+  over the seeds. Where nothing groks (one-hot inputs, text) it says how far the runs got.
+- **time to target**: median grok step over all seeds, a seed that failed counting as
+  infinity (AlgoPerf), so `inf` when at least half the seeds failed.
+- **speed-up**: the baseline row's time to target / this row's (`inf`: only this row reached
+  the target; `0.00`: only the baseline did; `-`: neither). The **baseline** (`#k`) is,
+  among the cell's plain rows (adam or adamw, no filter, sampler random / epoch / full,
+  loss ce), the one that agrees with the row on the most method settings; ties go to the
+  faster baseline, then more seeds, then the label. A plain row is its own baseline.
+- **wall s**: median wall-clock seconds of the whole run (to its stop, not to the target),
+  taken under whatever else shared the machine.
+- **performance profile**: in each cell where at least two methods ran and one reached the
+  target, r = time to target / the cell's best (inf for a failure). rho(tau) = share of the
+  cells a method ran in with r <= tau; **score** = area under rho over [1, tau_max] /
+  (tau_max - 1): 1 = best in every cell it ran in, 0 = never within tau_max of the best.
+"""

@@ -1,0 +1,169 @@
+"""Reading the runs: every result.json under a root, by the runner that wrote it, into a Collection.
+
+Training runs (runner "train") also become a table with one row per run, keyed by cell and
+method (the words are defined in suite/leaderboard/__init__.py), with short labels for both;
+other runners' results are kept as they are, for the sections that read them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from suite.leaderboard.tables import fmt_value
+from suite.registry import SuiteError
+from suite.results import TRAIN, runner_of
+from suite.spec import spec_id
+
+COMPONENTS = ("opt", "filter", "sampler")
+CELL_TRAIN = ("memorization", "target")  # part of the cell: steps to different targets do not compare
+CONDITION_TRAIN = ("steps", "eval_every", "patience", "eval_batch", "checkpoint_every", "hessian_every")
+SHORT = {"batch_size": "bs", "weight_decay": "wd"}
+ABSENT = ("<absent>",)  # a setting a run does not have: differs from every value it could have
+
+
+def frozen(value):
+    """A JSON value as something hashable, so settings can key groups."""
+    if isinstance(value, list):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, frozen(v)) for k, v in value.items()))
+    return value
+
+
+def settings_key(settings: dict) -> tuple:
+    return tuple(sorted(settings.items()))
+
+
+def _read_metrics(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return pd.DataFrame(lines) if lines else None
+
+
+@dataclass
+class Collection:
+    root: Path
+    results: dict  # runner -> [{"dir", "spec", "result"}], in path order
+    runs: pd.DataFrame  # one row per training run
+    cells: dict  # cell id -> settings ("task.p": 97, ...)
+    methods: dict  # method id -> settings ("opt.name": "adam", ...)
+    metrics: dict = field(default_factory=dict)  # run dir -> DataFrame of metrics.jsonl
+
+    def __post_init__(self):
+        self.method_label, self.cell_label = MethodLabels(self.methods), CellLabels(self.cells)
+
+
+def collect(root: str | Path) -> Collection:
+    """Every result.json under root (recursively), in path order; the same spec found twice counts
+    once. One that cannot be read (a run killed while writing it, a stray file) is skipped with a
+    warning: one bad file should not hide every other run."""
+    root = Path(root)
+    if not root.is_dir():
+        raise SuiteError(f"{root}: no such directory of runs")
+    results, rows, cell_ids, method_ids, cells, methods, metrics, seen = {}, [], {}, {}, {}, {}, {}, set()
+    for path in sorted(root.rglob("result.json")):
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            print(f"warning: {path}: unreadable result file ({err}); skipped", file=sys.stderr)
+            continue
+        spec = result.get("spec") if isinstance(result, dict) else None
+        runner = runner_of(result) if isinstance(spec, dict) else None
+        needed = ("task", "model", *COMPONENTS, "train", "seed") if runner == TRAIN else ("task", "model", "seed")
+        if not isinstance(spec, dict) or not all(k in spec for k in needed):
+            print(f"warning: {path}: not a result file of this suite (no full spec); skipped", file=sys.stderr)
+            continue
+        run_id = result.get("run_id") or spec_id(spec)
+        if run_id in seen:
+            continue
+        seen.add(run_id)
+        rel = path.parent.relative_to(root).as_posix()
+        results.setdefault(runner, []).append({"dir": rel, "spec": spec, "result": result})
+        if runner != TRAIN:
+            continue
+        train = spec["train"]
+        cell = {f"{kind}.{k}": frozen(v) for kind in ("task", "model") for k, v in spec[kind].items()}
+        cell |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train}
+        method = {f"{kind}.{k}": frozen(v) for kind in COMPONENTS for k, v in spec[kind].items()}
+        method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in CELL_TRAIN + CONDITION_TRAIN}
+        cell_id = cell_ids.setdefault(settings_key(cell), len(cell_ids))
+        method_id = method_ids.setdefault(settings_key(method), len(method_ids))
+        cells.setdefault(cell_id, cell)  # in the spec's order, for the headers
+        methods.setdefault(method_id, method)
+        metrics[rel] = _read_metrics(path.parent / "metrics.jsonl")
+        rows.append({
+            "dir": rel, "run_id": run_id, "seed": spec["seed"], "task": spec["task"]["name"],
+            "model": spec["model"]["name"], "cell_id": cell_id, "method_id": method_id,
+            "memorization_step": result.get("memorization_step"), "grok_step": result.get("grok_step"),
+            "wall_s": result.get("wall_s"), "budget": train.get("steps"), "eval_every": train.get("eval_every"),
+            "git_commit": result.get("git_commit"),
+        })
+    if not results:
+        raise SuiteError(f"{root}: no readable result.json under it")
+    runs = pd.DataFrame(rows, columns=["dir", "run_id", "seed", "task", "model", "cell_id", "method_id", "memorization_step",
+                                       "grok_step", "wall_s", "budget", "eval_every", "git_commit"])
+    return Collection(root, results, runs, cells, methods, metrics)
+
+
+def _varying(dicts: list[dict]) -> list[str]:
+    """Keys whose value differs among dicts (absent counts as a value), in first-seen order."""
+    keys = list(dict.fromkeys(k for d in dicts for k in d))
+    return [k for k in keys if len({d.get(k, ABSENT) for d in dicts}) > 1]
+
+
+def _bare(key: str) -> str:
+    name = key.split(".", 1)[1]
+    return SHORT.get(name, name)
+
+
+class MethodLabels:
+    """Short unique method names: the optimizer, filter and sampler, each with the settings that
+    vary among the collected runs using that same component, then the train settings that vary."""
+
+    def __init__(self, methods: dict):
+        settings = list(methods.values())
+        self.varying = {}
+        for kind in COMPONENTS:
+            for name in {m[f"{kind}.name"] for m in settings}:
+                same = [{k: v for k, v in m.items() if k.startswith(kind + ".")}
+                        for m in settings if m[f"{kind}.name"] == name]
+                self.varying[kind, name] = set(_varying(same))
+        self.train_varying = [k for k in _varying(settings) if k.startswith("train.")]
+        self.sampler_names_vary = len({m["sampler.name"] for m in settings}) > 1
+
+    def __call__(self, m: dict, drop: tuple[str, ...] = ()) -> str:
+        """drop: setting keys (opt.c) or whole components (sampler) to leave out."""
+        def part(kind):
+            shown = " ".join(f"{_bare(k)}={fmt_value(v)}" for k, v in m.items()
+                             if k in self.varying[kind, m[f"{kind}.name"]] and k not in drop)
+            return f"{m[f'{kind}.name']} {shown}".strip()
+
+        label = part("opt")
+        if m["filter.name"] != "none":
+            label += " + " + part("filter")
+        if "sampler" not in drop and (self.sampler_names_vary or self.varying["sampler", m["sampler.name"]]):
+            label += " / " + part("sampler")
+        shown = " ".join(f"{_bare(k)}={fmt_value(m[k])}" for k in self.train_varying if k in m and k not in drop)
+        return label + (" / " + shown if shown else "")
+
+
+class CellLabels:
+    """Per (task, model): the task / model / target settings that vary among its cells."""
+
+    def __init__(self, cells: dict):
+        by_pair = {}
+        for c in cells.values():
+            by_pair.setdefault((c["task.name"], c["model.name"]), []).append(c)
+        self.varying = {pair: _varying(members) for pair, members in by_pair.items()}
+
+    def __call__(self, c: dict, drop: tuple[str, ...] = ()) -> str:
+        keys = [k for k in self.varying[c["task.name"], c["model.name"]] if k not in drop]
+        bare = [k.split(".", 1)[1] for k in keys]
+        names = [b if bare.count(b) == 1 else k for b, k in zip(bare, keys)]
+        return " ".join(f"{n}={fmt_value(c.get(k, ABSENT))}" for n, k in zip(names, keys))

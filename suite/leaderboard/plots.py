@@ -1,0 +1,207 @@
+"""Figures, as PNG bytes: accuracy and embedding-norm curves, the performance profile, and the
+studies' plots (Adam-LR c sweep, sampling, number probes). A study's own figure may use the
+helpers here: figure() for an empty figure, style(i) for the i-th line's look, to_png() to save.
+
+The bytes are deterministic (no pyplot state, no version stamp), so regenerating over the same
+runs rewrites every plot byte for byte.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from suite.leaderboard.tables import fmt_value
+
+
+def figure(**kwargs):
+    from matplotlib.figure import Figure  # no pyplot: no global backend state, Agg by default on save
+
+    return Figure(layout="constrained", **kwargs)
+
+
+def to_png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})  # no version stamp in the bytes
+    return buf.getvalue()
+
+
+def style(i: int) -> dict:
+    from matplotlib import colormaps
+
+    palette = colormaps["tab10"].colors
+    return {"color": palette[i % 10], "linestyle": ("-", "--", ":", "-.")[(i // 10) % 4]}
+
+
+def _curves(frames: list[pd.DataFrame], column: str):
+    """Median and min / max over seeds of one metric, on the union of their steps. A run that
+    stopped early (target held) is carried at its last value."""
+    frames = [f for f in frames if f is not None and column in f]
+    if not frames:
+        return None
+    steps = sorted(set().union(*(f["step"] for f in frames)))
+    values = np.stack([f.set_index("step")[column].reindex(steps).ffill().to_numpy(dtype=float) for f in frames])
+    steps = np.asarray(steps, dtype=float)
+    keep = steps > 0  # the x-axis is logarithmic
+    with warnings.catch_warnings():  # a step no seed reached is all-NaN: its median is NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return steps[keep], np.nanmedian(values, 0)[keep], np.nanmin(values, 0)[keep], np.nanmax(values, 0)[keep]
+
+
+def plot_accuracy(title: str, series: list[tuple[str, list]]) -> bytes | None:
+    """series: (method label, metric frames of its seeds), in table order."""
+    fig = figure(figsize=(11, 4 + 0.25 * len(series)))
+    axes = fig.subplots(1, 2, sharey=True)
+    drawn = False
+    for i, (label, frames) in enumerate(series):
+        for ax, column in zip(axes, ("train_acc", "val_acc")):
+            c = _curves(frames, column)
+            if c is None or not len(c[0]):
+                continue
+            drawn = True
+            ax.plot(c[0], c[1], label=label if column == "train_acc" else None, **style(i))
+            ax.fill_between(c[0], c[2], c[3], color=style(i)["color"], alpha=0.15, linewidth=0)
+    if not drawn:
+        return None
+    for ax, name in zip(axes, ("train accuracy", "val accuracy")):
+        ax.set_xscale("log")
+        ax.set_xlabel("step")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{title}: median over seeds, band = min-max")
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return to_png(fig)
+
+
+def plot_emb_norms(title: str, series: list[tuple[str, list]]) -> bytes | None:
+    fig = figure(figsize=(8, 4.5 + 0.25 * len(series)))
+    ax = fig.subplots()
+    drawn = False
+    for i, (label, frames) in enumerate(series):
+        for column, dash, name in (("emb_norm_frequent", "-", "frequent"), ("emb_norm_rare", "--", "rare")):
+            c = _curves(frames, column)
+            if c is None or not len(c[0]):
+                continue
+            drawn = True
+            ax.plot(c[0], c[1], color=style(i)["color"], linestyle=dash, label=f"{label} ({name})")
+    if not drawn:
+        return None
+    ax.set_xscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean embedding norm")
+    ax.set_title(f"{title}: rare (dashed) vs frequent (solid) tokens, median over seeds")
+    ax.grid(alpha=0.3)
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return to_png(fig)
+
+
+def plot_c_sweep(title: str, lines: list[tuple[str, pd.DataFrame, float]], budget: int) -> bytes:
+    """lines: (label, rows with c and the grok stats, baseline time to target or nan)."""
+    fig = figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    for i, (label, rows, base) in enumerate(lines):
+        look = style(i)
+        ok = rows[rows["grokked"] > 0]
+        ax.errorbar(ok["c"], ok["grok_median"], yerr=[ok["grok_median"] - ok["grok_min"], ok["grok_max"] - ok["grok_median"]],
+                    marker="o", capsize=3, label=label, color=look["color"], linestyle=look["linestyle"])
+        for r in rows.itertuples():
+            if r.grokked < r.seeds:
+                y = r.grok_median if r.grokked else budget
+                ax.annotate(f"{r.grokked}/{r.seeds}", (r.c, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
+        failed = rows[rows["grokked"] == 0]
+        ax.plot(failed["c"], [budget] * len(failed), "x", color=look["color"], markersize=9)
+        if not math.isnan(base) and not math.isinf(base):
+            ax.axhline(base, color=look["color"], linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    cs = sorted({c for _, rows, _ in lines for c in rows["c"]})
+    ax.set_xticks(cs, [fmt_value(c) for c in cs])
+    ax.minorticks_off()
+    ax.set_ylim(0, budget * 1.1)
+    ax.set_xlabel("c (embedding lr = c x lr)")
+    ax.set_ylabel("grok step (median, bars min-max)")
+    ax.set_title(f"{title}\nx = no seed grokked within {budget} steps; dotted = plain baseline", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return to_png(fig)
+
+
+def plot_sampling(title: str, rows: pd.DataFrame, budget: int, split_order: tuple[str, ...]) -> bytes:
+    """rows: split, sampler, bs and the grok stats; one panel per sampler, bars per split over batch sizes.
+    split_order: the splits in the legend's order; others follow by name."""
+    from matplotlib.patches import Patch
+
+    samplers = sorted(rows["sampler"].unique())
+    fig = figure(figsize=(5 * len(samplers) + 1.5, 4.5))
+    axes = fig.subplots(1, len(samplers), sharey=True, squeeze=False)[0]
+    splits = sorted(rows["split"].unique(), key=lambda s: (split_order.index(s) if s in split_order else 99, s))
+    sizes = sorted(rows["bs"].unique(), key=lambda b: (isinstance(b, str), b if not isinstance(b, str) else 0, str(b)))
+    width = 0.8 / len(splits)
+    for ax, sampler in zip(axes, samplers):
+        for r in rows[rows["sampler"] == sampler].itertuples():
+            j = splits.index(r.split)
+            pos, color = sizes.index(r.bs) - 0.4 + width * (j + 0.5), style(j)["color"]
+            if r.grokked:
+                ax.bar(pos, r.grok_median, width, color=color, capsize=2,
+                       yerr=[[r.grok_median - r.grok_min], [r.grok_max - r.grok_median]])
+            else:
+                ax.plot(pos, budget, "x", color=color, markersize=9)
+            ax.annotate(f"{r.grokked}/{r.seeds}", (pos, r.grok_median if r.grokked else budget),
+                        textcoords="offset points", xytext=(0, 3), ha="center", fontsize="x-small")
+        ax.set_xticks(range(len(sizes)), [fmt_value(b) for b in sizes])
+        ax.set_xlabel("batch size")
+        ax.set_title(f"sampler {sampler}")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_ylabel("grok step (median, bars min-max)")
+    axes[0].set_ylim(0, budget * 1.1)
+    fig.legend([Patch(color=style(j)["color"]) for j in range(len(splits))], [f"split {s}" for s in splits],
+               loc="outside right upper", fontsize="small")
+    fig.suptitle(f"{title}\nk/n = seeds that grokked; x = none within {budget} steps", fontsize="medium")
+    return to_png(fig)
+
+
+def plot_profile(ratios: pd.DataFrame, scores: pd.DataFrame, tau_max: float) -> bytes:
+    fig = figure(figsize=(9, 4.5 + 0.25 * len(scores)))
+    ax = fig.subplots()
+    taus = np.linspace(1, tau_max, 301)
+    for i, method in enumerate(scores["method"]):
+        r = ratios.loc[ratios["method"] == method, "ratio"].to_numpy()
+        rho = [(r <= t).mean() for t in taus]
+        ax.step(taus, rho, where="post", label=f"{method} (score {scores['score'].iloc[i]:.3f})", **style(i))
+    ax.set_xlabel("tau (time to target / best in the cell)")
+    ax.set_ylabel("rho(tau): share of its cells within tau")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlim(1, tau_max)
+    ax.grid(alpha=0.3)
+    ax.set_title("Performance profile (grok step to target)")
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return to_png(fig)
+
+
+def plot_probe(title: str, layers: pd.DataFrame) -> bytes | None:
+    measures = [c[: -len("_mean")] for c in layers.columns if c.endswith("_mean")]
+    if not measures:
+        return None
+    ncols = min(4, len(measures))
+    nrows = math.ceil(len(measures) / ncols)
+    fig = figure(figsize=(4 * ncols, 3.4 * nrows + 0.6))
+    axes = fig.subplots(nrows, ncols, squeeze=False).flatten()
+    for ax, measure in zip(axes, measures):
+        for i, (series, rows) in enumerate(layers.groupby("series", sort=True)):
+            mean, std = rows[f"{measure}_mean"].to_numpy(float), rows[f"{measure}_std"].to_numpy(float)
+            ax.plot(rows["layer"], mean, marker=".", label=series or None, **style(i))
+            ax.fill_between(rows["layer"], mean - std, mean + std, color=style(i)["color"], alpha=0.15, linewidth=0)
+        if "beta" in measure and (layers[f"{measure}_mean"].dropna() > 0).all() and layers[f"{measure}_mean"].notna().any():
+            ax.set_yscale("log")  # beta ~ 1 log-like, ~ 10 linear
+        ax.set_title(measure)
+        ax.set_xlabel("layer")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(measures):]:
+        ax.set_axis_off()
+    if any(layers["series"] != ""):
+        axes[0].legend(fontsize="small")
+    fig.suptitle(f"{title}: per layer, mean and band +- std over the probe's runs")
+    return to_png(fig)

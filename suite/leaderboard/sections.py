@@ -1,0 +1,95 @@
+"""Sections: what a study adds to the leaderboard, registered with @section instead of written
+into the engine. Every module of suite/leaderboard/studies/ is imported before a leaderboard
+is made, so a module there that registers a section is all a new study needs.
+
+Three places a section can go:
+
+- "cell": fn(cell: Cell) -> [(alt text, file suffix, PNG bytes or None)]. Figures under each
+  cell's table on the task/model pages, after the accuracy and embedding-norm plots, written
+  to <page>/<cell>.<suffix>.png (None: nothing to show for this cell).
+- "page": fn(page: Page) -> [(heading, label, file suffix, PNG bytes)]. Sections at the end of
+  each task/model page: "## heading" and the figure, written to <page>/<label>.<suffix>.png.
+- "board": fn(board: Board) -> lines for index.md. Pages of its own, from every result of its
+  runner (board.results), written with board.files.add(rel, data); called only when the runs
+  hold such results.
+
+"cell" and "page" sections read training runs (runner "train"); a "board" names the runner
+whose results it reads (suite.results.runner_of). Sections run in the order registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from suite.leaderboard.collect import Collection
+from suite.results import TRAIN
+
+PLACES = ("cell", "page", "board")
+
+
+class Files(dict):
+    """What a leaderboard writes: path under the output dir -> bytes or text, in the order made."""
+
+    def add(self, rel: str, data: bytes | str | None) -> str | None:
+        """Returns rel, or None for no data (a plot with nothing to draw is not written)."""
+        if data is None:
+            return None
+        self[rel] = data
+        return rel
+
+
+@dataclass(frozen=True)
+class Cell:
+    col: Collection
+    rows: pd.DataFrame  # the cell's rows of stats.cell_tables (one per method), in table order
+    runs: pd.DataFrame  # the cell's rows of col.runs (one per run)
+    title: str
+
+
+@dataclass(frozen=True)
+class Page:
+    col: Collection
+    rows: pd.DataFrame  # the page's rows of stats.cell_tables, every cell of one task and model
+
+
+@dataclass(frozen=True)
+class Board:
+    col: Collection
+    results: list  # every result of the section's runner: {"dir", "spec", "result"}, in path order
+    command: str  # the command that made the leaderboard, for page headers
+    files: Files
+
+
+@dataclass(frozen=True)
+class Section:
+    fn: Callable
+    where: str
+    runner: str
+
+
+SECTIONS: list[Section] = []
+
+
+def section(where: str, runner: str = TRAIN):
+    """Register fn as a section; see the module docstring for where and what fn returns."""
+    if where not in PLACES or (where != "board" and runner != TRAIN):
+        raise ValueError(f"section: where is one of {PLACES}, and only a board reads another runner than {TRAIN}")
+
+    def register(fn):
+        SECTIONS.append(Section(fn, where, runner))
+        return fn
+
+    return register
+
+
+def registered(where: str) -> list[Section]:
+    from suite.leaderboard import studies
+
+    for mod in pkgutil.iter_modules(studies.__path__):  # importing a study registers its sections
+        importlib.import_module(f"{studies.__name__}.{mod.name}")
+    return [s for s in SECTIONS if s.where == where]

@@ -1,0 +1,64 @@
+"""The grokking studies' figures: the Adam-LR c sweep (embedding lr = c x lr) beside each cell
+that sweeps c, and the sampling comparison (how the training pairs are split x sampler x batch
+size) at the end of each task/model page that has one."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from suite.leaderboard.collect import settings_key
+from suite.leaderboard.plots import plot_c_sweep, plot_sampling
+from suite.leaderboard.sections import Cell, Page, section
+
+SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as the sampling plots list them
+
+
+@section("cell")
+def c_sweep(cell: Cell) -> list:
+    """Rows that differ only in the optimizer's c, two values or more: one line each, labelled by the rest."""
+    families: dict = {}
+    for r in cell.rows.itertuples():
+        if "opt.c" in r.settings and isinstance(r.settings["opt.c"], (int, float)):
+            rest = settings_key({k: v for k, v in r.settings.items() if k != "opt.c"})
+            families.setdefault(rest, []).append(r)
+    lines = []
+    for members in families.values():
+        if len({m.settings["opt.c"] for m in members}) < 2:
+            continue
+        df = pd.DataFrame([{"c": m.settings["opt.c"], "grok_median": m.grok_median, "grok_min": m.grok_min,
+                            "grok_max": m.grok_max, "grokked": m.grokked, "seeds": m.seeds} for m in members]).sort_values("c")
+        label = cell.col.method_label(members[0].settings, drop=("opt.c",))
+        base = cell.rows.loc[cell.rows["method"] == members[0].baseline, "time_to_target"]
+        lines.append((label, df, float(base.iloc[0]) if len(base) else math.nan))
+    if not lines:
+        return []
+    png = plot_c_sweep(cell.title, sorted(lines, key=lambda line: line[0]), int(cell.rows["budget"].iloc[0]))
+    return [("c sweep", "c_sweep", png)]
+
+
+@section("page")
+def sampling(page: Page) -> list:
+    """Cells that differ only in how the training pairs are drawn (task.split) x methods that differ
+    only in the sampler (name, batch size): one figure per such group with two or more combinations."""
+    col, groups = page.col, {}
+    for r in page.rows.itertuples():
+        cell = col.cells[r.cell_id]
+        where = settings_key({k: v for k, v in cell.items() if k != "task.split"})
+        family = settings_key({k: v for k, v in r.settings.items() if not k.startswith("sampler.")})
+        groups.setdefault((where, family), []).append(
+            {"split": str(cell.get("task.split", "-")), "sampler": r.settings["sampler.name"],
+             "bs": r.settings.get("sampler.batch_size", "-"), "grok_median": r.grok_median, "grok_min": r.grok_min,
+             "grok_max": r.grok_max, "grokked": r.grokked, "seeds": r.seeds, "budget": r.budget,
+             "family": col.method_label(r.settings, drop=("sampler",)),
+             "where": col.cell_label(cell, drop=("task.split",))})
+    out = []
+    for entries in groups.values():
+        df = pd.DataFrame(entries)
+        if len(df.drop_duplicates(["split", "sampler", "bs"])) < 2:
+            continue
+        label = entries[0]["family"] + (f", {entries[0]['where']}" if entries[0]["where"] else "")
+        out.append((label, df))
+    return [(f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), SPLIT_ORDER))
+            for label, df in sorted(out, key=lambda item: item[0])]
