@@ -42,12 +42,19 @@ def _suite(installed, *args):
                           env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
 
 
-def test_the_wheel_is_the_suite_not_the_checkout(installed):
+def test_the_wheel_is_the_whole_suite_not_the_checkout(installed):
     python, work = installed
     where = subprocess.run([python, "-c", "import suite, suite.tasks, suite.models; "
                                           "print(suite.__file__, suite.tasks.__file__, suite.models.__file__)"],
                            cwd=work, capture_output=True, text=True, check=True).stdout.split()
     assert all("/venv/" in path and str(REPO) not in path for path in where), where
+    # every module of the checkout's suite/, tasks/ and models/ is in the wheel and imports
+    prefix = {"suite": (), "tasks": ("suite",), "models": ("suite",)}  # where each folder installs
+    modules = sorted(".".join((*prefix[top], *path.relative_to(REPO).with_suffix("").parts)).removesuffix(".__init__")
+                     for top in prefix for path in (REPO / top).rglob("*.py") if path.name != "__main__.py")
+    imported = subprocess.run([python, "-c", f"import importlib; [importlib.import_module(m) for m in {modules!r}]"],
+                              cwd=work, capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
 
 
 def test_models_and_tasks_are_listed_beside_a_users_folders_of_those_names(installed):

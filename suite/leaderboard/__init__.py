@@ -17,7 +17,7 @@ Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
   (train.memorization, train.target). One section per cell, one file per (task, model).
 - method: optimizer + filter + sampler with all their settings, plus the train settings that
   change training (loss, warmup_steps, ...). The budget and evaluation settings (steps,
-  eval_every, patience, eval_batch, checkpoint_every, hessian_every) are conditions, not methods.
+  eval_every, patience, eval_batch, checkpoint_every, hessian_every, keep_weights) are conditions, not methods.
 - budget of a cell: the smallest train.steps among its runs; a milestone after it does not count.
 - success: the grok step was reached within the budget.
 - time to target: the median grok step over seeds, a seed that failed counting as infinity

@@ -21,7 +21,7 @@ from suite.spec import spec_id
 
 COMPONENTS = ("opt", "filter", "sampler")
 CELL_TRAIN = ("memorization", "target")  # part of the cell: steps to different targets do not compare
-CONDITION_TRAIN = ("steps", "eval_every", "patience", "eval_batch", "checkpoint_every", "hessian_every")
+CONDITION_TRAIN = ("steps", "eval_every", "patience", "eval_batch", "checkpoint_every", "hessian_every", "keep_weights")
 SHORT = {"batch_size": "bs", "weight_decay": "wd"}
 ABSENT = ("<absent>",)  # a setting a run does not have: differs from every value it could have
 
