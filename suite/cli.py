@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +33,22 @@ def _parse_sets(pairs: list[str]) -> dict[str, str]:
             raise SuiteError(f"--set takes KEY=VALUE, got '{pair}'")
         out[key.strip()] = value.strip()
     return out
+
+
+DOTTED = re.compile(r"--([A-Za-z_]\w*\.\w+)(?:=(.*))?", re.S)
+
+
+def _dotted_settings(extra: list[str]) -> list[str] | None:
+    """What the run parser left over, `--kind.key VALUE` or `--kind.key=VALUE` (the form a W&B
+    sweep's ${args} passes), as --set KEY=VALUE pairs; None if anything else is left over."""
+    pairs, rest = [], iter(extra)
+    for arg in rest:
+        match = DOTTED.fullmatch(arg)
+        value = None if match is None else match[2] if match[2] is not None else next(rest, None)
+        if value is None or (match[2] is None and value.startswith("--")):
+            return None
+        pairs.append(f"{match[1]}={value}")
+    return pairs
 
 
 def _print_presets() -> int:
@@ -115,7 +132,7 @@ def cmd_run(args) -> int:
     if todo:
         try:
             results = run_cells([specs[i] for i in todo], [run_dirs[i] for i in todo], device,
-                                [make_tracker(args.wandb, specs[i]) for i in todo], args.compile)
+                                [make_tracker(args.wandb, specs[i], run_dirs[i]) for i in todo], args.compile)
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # not an error: the checkpoint is in place for the requeued job
@@ -232,7 +249,8 @@ def make_parser() -> argparse.ArgumentParser:
                            "exact, each into its own run dir")
     p.add_argument("--steps", type=int, help="update budget (train.steps)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable)")
+                   help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable); a KIND.KEY "
+                        "setting also as --KIND.KEY VALUE or --KIND.KEY=VALUE, e.g. --opt.lr 1e-3 (W&B sweeps)")
     p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
     p.add_argument("--root", default="runs", help="where default run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
@@ -323,7 +341,13 @@ def _wandb_flag(p) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     runtime_defaults()  # before any command imports torch
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        pairs = _dotted_settings(extra) if args.command == "run" else None
+        if pairs is None:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")  # what parse_args says
+        args.set += pairs
     try:
         return args.func(args)
     except SuiteError as err:
