@@ -336,7 +336,7 @@ def _wandb_flag(p) -> None:
     from suite.tracking import MODES, default_mode
 
     p.add_argument("--wandb", choices=MODES, default=default_mode(),
-                   help="Weights & Biases tracking (default from WANDB_MODE, else off)")
+                   help="Weights & Biases tracking (default from WANDB_MODE, else online under a sweep agent, else off)")
 
 
 def main(argv: list[str] | None = None) -> int:
