@@ -212,6 +212,16 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from suite.export import export
+
+    out = Path(args.out) if args.out else Path(args.root) / "export"
+    written, runs, curves = export(args.root, out)
+    print(f"{len(runs)} runs and {len(curves)} curve points written to {out}", file=sys.stderr)
+    print("\n".join(map(str, written)))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from suite.bench import Options, format_report, run_bench, write_report
     from suite.train import resolve_device
@@ -302,6 +312,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="leaderboards", help="where tables and plots go (default leaderboards/)")
     p.add_argument("--tau-max", type=float, help="performance profile over tau in [1, TAU_MAX] (default 4, AlgoPerf's)")
     p.set_defaults(func=cmd_leaderboard)
+
+    p = sub.add_parser("export", help="every run under ROOT as one table (CSV, parquet), its curves in long format",
+                       description="Read every result.json under ROOT and write runs.csv / runs.parquet (one row per "
+                                   "run: the spec flattened into columns, the result's scalar fields beside them) and "
+                                   "curves.csv / curves.parquet (run, step, metric, value). Prints the files written.")
+    p.add_argument("root", help="directory searched recursively for result.json")
+    p.add_argument("--out", help="where the tables go (default ROOT/export)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("bench", help="measure step times, FLOP/s against the matmul limit, ensemble runs/hour, probe and compile",
                        description="Measure the suite on this machine: a table on stdout, progress on stderr. The last "
