@@ -45,8 +45,8 @@ def flatten(spec: dict) -> dict:
     flat = {}
     for kind, block in spec.items():
         for key, value in (block.items() if isinstance(block, dict) else [(None, block)]):
-            flat[kind if key is None else f"{kind}.{key}"] = value if value is None or isinstance(value, SCALARS) \
-                else json.dumps(value)
+            scalar = value is None or isinstance(value, SCALARS)
+            flat[kind if key is None else f"{kind}.{key}"] = value if scalar else json.dumps(value)
     return flat
 
 
