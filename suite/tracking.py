@@ -9,7 +9,8 @@ One W&B run per cell: group = grid/task/model, job_type = the optimizer, config 
 spec plus its id (spec_id) and the method (optimizer+filter+sampler). The W&B run id is made at
 the run's first start and kept in its run dir (wandb_id.txt), so a preempted and requeued run
 goes on in the same W&B run (resume="allow"), while a fresh run of the same spec (another run
-dir, or the same one removed and run again) gets its own. The runner starts W&B before
+dir, or the same one removed and run again) gets its own. Under a sweep agent W&B takes the
+agent's id instead, and that is the one kept. The runner starts W&B before
 training, so its start-up (seconds) is not counted in the run's wall time. The leaderboard
 never reads W&B: result.json is the record.
 """
@@ -98,7 +99,10 @@ class WandbTracker:
     def start(self) -> None:
         import wandb
 
-        self.run = wandb.init(**self.init_args, id=kept_run_id(self.run_dir))
+        run_id = kept_run_id(self.run_dir)
+        self.run = wandb.init(**self.init_args, id=run_id)
+        if self.run.id != run_id:  # a sweep agent names its runs itself: keep the id W&B used
+            write_atomic(self.run_dir / ID_FILE, self.run.id + "\n")
 
     def log(self, record: dict, step: int) -> None:
         if self.run is None:

@@ -192,24 +192,32 @@ def test_dotted_flags_set_settings_and_bad_ones_are_refused(tmp_path, capsys):
 
 
 def test_the_readme_sweep_drives_suite_run(tmp_path):
-    """The README's sweep, run as its agent would run it (the command with ${args} filled in by
-    wandb's own code), offline, with the first value of each parameter and a tiny cell."""
+    """The README's sweep, run as its agent would run it (the command with ${args} filled in and
+    the environment and config file set up by wandb's own code), offline, with the first value of
+    each parameter and a tiny cell."""
     from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
+    from wandb.sdk.lib import config_util
 
     readme = (REPO / "README.md").read_text()
     sweep = yaml.safe_load(readme.split("<!-- sweep -->\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0])
     params = {k: v["values"][0] if "values" in v else v["value"] for k, v in sweep["parameters"].items()}
     params |= {"task.p": 11, "model.d": 16, "model.hidden": 32, "train.steps": 20, "train.eval_every": 10}
-    args = create_sweep_command_args({"args": {k: {"value": v} for k, v in params.items()}})["args"]
+    command_args = {k: {"value": v} for k, v in params.items()}
+    args = create_sweep_command_args({"args": command_args})["args"]
     assert "--opt.lr=0.003" in args
     filled = {"${env}": [], "${interpreter}": [sys.executable], "${args}": args}
     command = [part for c in sweep["command"] for part in filled.get(c, [c])]
+    config_util.save_config_file_from_dict(tmp_path / "sweep-config.yaml", command_args)
+    agent = {"WANDB_SWEEP_ID": "sweep1", "WANDB_RUN_ID": "agentrun",
+             "WANDB_SWEEP_PARAM_PATH": str(tmp_path / "sweep-config.yaml")}
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE, **agent})
     assert proc.returncode == 0, proc.stderr
     run_dir = (tmp_path / proc.stdout.strip().splitlines()[-1]).parent
     spec = json.loads((run_dir / "spec.json").read_text())
     assert spec["opt"]["name"] == "adamlr" and spec["seed"] == params["seed"]
     assert all(spec[k.split(".")[0]][k.split(".")[1]] == v for k, v in params.items() if "." in k)
-    config = offline_run(tmp_path, kept_id(run_dir))["config"]
+    assert kept_id(run_dir) == "agentrun"  # the agent names the W&B run; the run dir records that name
+    config = offline_run(tmp_path, "agentrun")["config"]
     assert config["spec_id"] == spec_id(spec) and config["method"] == "adamlr+none+random"
+    assert config["opt.lr"] == 0.003 and config["opt"] == canonical(spec)["opt"]
