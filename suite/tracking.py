@@ -48,15 +48,12 @@ def check_mode(mode: str) -> str:
 
 
 def kept_run_id(run_dir: str | Path) -> str:
-    """The W&B run id of the run in run_dir: the one its first start wrote there, or a new one
-    (8 characters of [a-z0-9], as W&B makes them) that is then kept for every later start."""
+    """The W&B run id of the run in run_dir: the one kept there by an earlier start, or a new one
+    (8 characters of [a-z0-9], as W&B makes them)."""
     path = Path(run_dir) / ID_FILE
     if path.exists():
         return path.read_text().strip()
-    run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, run_id + "\n")
-    return run_id
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
 
 
 def method(spec: dict) -> str:
@@ -78,7 +75,7 @@ class WandbTracker:
 
     def __init__(self, mode: str, spec: dict, run_dir: str | Path, grid: str | None = None,
                  experiment: str | None = None):
-        self.mode, self.spec, self.run_dir, self.run = mode, spec, Path(run_dir), None
+        self.mode, self.spec, self.run_dir, self.run, self.id_kept = mode, spec, Path(run_dir), None, False
         task, model, opt = spec["task"]["name"], spec["model"]["name"], spec["opt"]["name"]
         tags = [task, model, opt, spec["sampler"]["name"], f"seed{spec['seed']}"]
         if spec["filter"]["name"] != "none":
@@ -101,12 +98,20 @@ class WandbTracker:
 
         run_id = kept_run_id(self.run_dir)
         self.run = wandb.init(**self.init_args, id=run_id)
-        if self.run.id != run_id:  # a sweep agent names its runs itself: keep the id W&B used
+        # A sweep agent names its runs itself (W&B then ignores ours): keep the id W&B used.
+        self.id_kept = self.run.id == run_id and (self.run_dir / ID_FILE).exists()
+
+    def keep_id(self) -> None:
+        """Write the W&B run's id into the run dir once the run is under way there (the loop has
+        made the dir), so that bad input found while building still leaves nothing behind."""
+        if not self.id_kept:
             write_atomic(self.run_dir / ID_FILE, self.run.id + "\n")
+            self.id_kept = True
 
     def log(self, record: dict, step: int) -> None:
         if self.run is None:
             self.start()
+        self.keep_id()
         if step < self.run.step:  # a resumed run replays a few evaluations W&B already has
             return
         self.run.log(record, step=step)
@@ -114,6 +119,7 @@ class WandbTracker:
     def finish(self, result: dict) -> None:
         if self.run is None:
             self.start()
+        self.keep_id()
         self.run.summary.update({k: result[k] for k in SUMMARY_KEYS if k in result})
         self.run.finish(exit_code=0)
         self.run = None

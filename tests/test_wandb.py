@@ -128,13 +128,19 @@ def test_modes(monkeypatch, tmp_path):
         make_tracker("sometimes", {}, tmp_path)
 
 
-def test_the_id_is_kept_in_the_run_dir_and_a_fresh_run_dir_gets_its_own(tmp_path):
-    first = kept_run_id(tmp_path / "a")  # creates the run dir if the run has not yet
-    assert kept_run_id(tmp_path / "a") == first == kept_id(tmp_path / "a")
-    assert len(first) == 8 and first.isalnum() and first.islower()
-    assert kept_run_id(tmp_path / "b") != first
-    (tmp_path / "a" / ID_FILE).unlink()  # the run dir removed and run again
-    assert kept_run_id(tmp_path / "a") != first
+def test_a_run_dir_keeps_its_id_and_a_fresh_one_gets_a_new_one(tmp_path):
+    ids = {kept_run_id(tmp_path / "fresh") for _ in range(20)}
+    assert len(ids) == 20 and all(len(i) == 8 and i.isalnum() and i.islower() for i in ids)
+    (tmp_path / "resumed").mkdir()
+    (tmp_path / "resumed" / ID_FILE).write_text("kept1234\n")
+    assert kept_run_id(tmp_path / "resumed") == "kept1234"
+
+
+def test_bad_input_with_tracking_on_leaves_no_run_dir(tmp_path):
+    proc = run_cli("run", "--model", "resnet18", "--wandb", "offline", "--out", tmp_path / "run",
+                   env={"WANDB_DIR": str(tmp_path), **OFFLINE})
+    assert proc.returncode == 2 and "takes" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run").exists()
 
 
 def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:
