@@ -8,7 +8,6 @@ import re
 import sys
 from pathlib import Path
 
-from suite import __version__
 from suite.registry import ALL, SuiteError
 
 
@@ -235,6 +234,8 @@ def cmd_bench(args) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from suite import __version__
+
     parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0].split(":")[0]
                                      + ": a grokking benchmark suite.")
     parser.add_argument("--version", action="version", version=f"grokking-suite {__version__}")
