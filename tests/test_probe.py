@@ -13,6 +13,7 @@ from conftest import run_cli
 from suite import SuiteError
 from suite.cli import main
 from suite.probe import best_layers, extract, layer_measures, scaling_rate, summarize
+from suite.registry import ALL
 from suite.spec import default_run_dir, resolve
 from tasks.number_probe import base26, number_interval, number_probe
 
@@ -226,8 +227,7 @@ def tiny_bert(tmp_path_factory, minilm):
 
 
 def test_dtype_and_device_map_reach_from_pretrained_and_the_defaults_load_as_before(tiny_bert):
-    from models.pretrained import hf
-
+    hf = ALL["model"].get("hf").build
     prompts = ["1=1,2=", "1234=1234,5678=5678,9999=9999,10005="]
     plain = hf(None, path=str(tiny_bert)).to("cpu")
     assert {p.dtype for p in plain.model.parameters()} == {torch.float32}
