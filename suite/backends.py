@@ -168,7 +168,8 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
         names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in cells)
         print(f"running {names}" if len(cells) == 1 else f"running {len(cells)} seeds as one ensemble:\n  {names}",
               file=sys.stderr, flush=True)
-        trackers = [make_tracker(manifest["wandb"], c["spec"], manifest["grid"], c["experiment"]) for c in cells]
+        trackers = [make_tracker(manifest["wandb"], c["spec"], c["run_dir"], manifest["grid"], c["experiment"])
+                    for c in cells]
         try:
             run_cells([c["spec"] for c in cells], [Path(c["run_dir"]) for c in cells], device, trackers,
                       manifest.get("compile", False))

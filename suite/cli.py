@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
 from suite.registry import ALL, SuiteError, _closest
+
+
+def runtime_defaults() -> None:
+    """Environment defaults torch reads when it is imported: main() sets them first, so
+    `python -m suite` and the grok-suite console script (which calls main() directly) run alike."""
+    # Several runs often share 2 cores (workers, Slurm jobs, tests): with OpenMP's default
+    # busy-waiting a small step gets 7-14x slower; passive waiting costs ~5% when idle.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Ensembles allocate activations and gradients of tens of MB every step; glibc hands blocks
+    # that large straight back to the kernel, so each step page-faults them in again. Huge pages
+    # (torch's allocator madvises blocks >= 2 MB) made a K = 32 step 1.4x faster here; results
+    # are unchanged (it is where memory lives, not what is computed).
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
 def _parse_sets(pairs: list[str]) -> dict[str, str]:
@@ -17,6 +32,22 @@ def _parse_sets(pairs: list[str]) -> dict[str, str]:
             raise SuiteError(f"--set takes KEY=VALUE, got '{pair}'")
         out[key.strip()] = value.strip()
     return out
+
+
+DOTTED = re.compile(r"--([A-Za-z_]\w*\.\w+)(?:=(.*))?", re.S)
+
+
+def _dotted_settings(extra: list[str]) -> list[str] | None:
+    """What the run parser left over, `--kind.key VALUE` or `--kind.key=VALUE` (the form a W&B
+    sweep's ${args} passes), as --set KEY=VALUE pairs; None if anything else is left over."""
+    pairs, rest = [], iter(extra)
+    for arg in rest:
+        match = DOTTED.fullmatch(arg)
+        value = None if match is None else match[2] if match[2] is not None else next(rest, None)
+        if value is None or (match[2] is None and value.startswith("--")):
+            return None
+        pairs.append(f"{match[1]}={value}")
+    return pairs
 
 
 def _print_presets() -> int:
@@ -119,7 +150,7 @@ def cmd_run(args) -> int:
     if todo:
         try:
             results = run_cells([specs[i] for i in todo], [run_dirs[i] for i in todo], device,
-                                [make_tracker(args.wandb, specs[i]) for i in todo], args.compile)
+                                [make_tracker(args.wandb, specs[i], run_dirs[i]) for i in todo], args.compile)
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # not an error: the checkpoint is in place for the requeued job
@@ -196,6 +227,16 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from suite.export import export
+
+    out = Path(args.out) if args.out else Path(args.root) / "export"
+    written, runs, curves = export(args.root, out)
+    print(f"{len(runs)} runs and {len(curves)} curve points written to {out}", file=sys.stderr)
+    print("\n".join(map(str, written)))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from suite.bench import Options, format_report, run_bench, write_report
     from suite.train import resolve_device
@@ -209,8 +250,11 @@ def cmd_bench(args) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from suite import __version__
+
     parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0].split(":")[0]
                                      + ": a grokking benchmark suite.")
+    parser.add_argument("--version", action="version", version=f"grokking-suite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="show every registered task, model, optimizer, sampler, filter and runner",
@@ -237,7 +281,8 @@ def make_parser() -> argparse.ArgumentParser:
                            "exact, each into its own run dir")
     p.add_argument("--steps", type=int, help="update budget (train.steps)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable)")
+                   help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable); a KIND.KEY "
+                        "setting also as --KIND.KEY VALUE or --KIND.KEY=VALUE, e.g. --opt.lr 1e-3 (W&B sweeps)")
     p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
     p.add_argument("--root", default="runs", help="where default run directories go (default runs/)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
@@ -291,6 +336,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--tau-max", type=float, help="performance profile over tau in [1, TAU_MAX] (default 4, AlgoPerf's)")
     p.set_defaults(func=cmd_leaderboard)
 
+    p = sub.add_parser("export", help="every run under ROOT as one table (CSV, parquet), its curves in long format",
+                       description="Read every result.json under ROOT and write runs.csv / runs.parquet (one row per "
+                                   "run: the spec flattened into columns, the result's scalar fields beside them) and "
+                                   "curves.csv / curves.parquet (run, step, metric, value). Prints the files written.")
+    p.add_argument("root", help="directory searched recursively for result.json")
+    p.add_argument("--out", help="where the tables go (default ROOT/export)")
+    p.set_defaults(func=cmd_export)
+
     p = sub.add_parser("bench", help="measure step times, FLOP/s against the matmul limit, ensemble runs/hour, probe and compile",
                        description="Measure the suite on this machine: a table on stdout, progress on stderr. The last "
                                    "stdout line is the path of the JSON report.")
@@ -324,11 +377,18 @@ def _wandb_flag(p) -> None:
     from suite.tracking import MODES, default_mode
 
     p.add_argument("--wandb", choices=MODES, default=default_mode(),
-                   help="Weights & Biases tracking (default from WANDB_MODE, else off)")
+                   help="Weights & Biases tracking (default from WANDB_MODE, else online under a sweep agent, else off)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    runtime_defaults()  # before any command imports torch
+    parser = make_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        pairs = _dotted_settings(extra) if args.command == "run" else None
+        if pairs is None:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")  # what parse_args says
+        args.set += pairs
     try:
         return args.func(args)
     except SuiteError as err:

@@ -1,31 +1,43 @@
 """Weights & Biases tracking for a run: curves as they are evaluated, the result as the summary.
 
-`--wandb off|offline|online` (default: WANDB_MODE if set, else off). The usual environment
-variables apply: WANDB_PROJECT (default "grokking-suite"), WANDB_ENTITY, WANDB_DIR (where
-offline runs go), WANDB_API_KEY. On compute nodes without network use offline, then
-`wandb sync <WANDB_DIR>/wandb/offline-run-*` from a machine that has it.
+`--wandb off|offline|online` (default: WANDB_MODE if set, else online under a sweep agent, else
+off). The usual environment variables apply: WANDB_PROJECT (default "grokking-suite"),
+WANDB_ENTITY, WANDB_DIR (where offline runs go), WANDB_API_KEY. On compute nodes without
+network use offline, then `wandb sync <WANDB_DIR>/wandb/offline-run-*` from a machine that has it.
 
 One W&B run per cell: group = grid/task/model, job_type = the optimizer, config = the full
-spec, and an id derived from the cell id, so a preempted and requeued cell goes on in the same
-W&B run (resume="allow"). The runner starts W&B before training, so its start-up (seconds) is
-not counted in the run's wall time. The leaderboard never reads W&B: result.json is the record.
+spec plus its id (spec_id) and the method (optimizer+filter+sampler). The W&B run id is made at
+the run's first start and kept in its run dir (wandb_id.txt), so a preempted and requeued run
+goes on in the same W&B run (resume="allow"), while a fresh run of the same spec (another run
+dir, or the same one removed and run again) gets its own. Under a sweep agent W&B takes the
+agent's id instead, and that is the one kept. The runner starts W&B before
+training, so its start-up (seconds) is not counted in the run's wall time. The leaderboard
+never reads W&B: result.json is the record.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import string
+from pathlib import Path
 
 from suite.registry import SuiteError
+from suite.rundir import write_atomic
 from suite.spec import spec_id
 
+ID_FILE = "wandb_id.txt"
 MODES = ("off", "offline", "online")
 SUMMARY_KEYS = ("memorization_step", "grok_step", "delay", "final_train_acc", "final_val_acc",
                 "final_train_loss", "final_val_loss", "steps", "stop_reason", "wall_s", "steps_per_s", "device")
 
 
 def default_mode() -> str:
-    """--wandb's default, from WANDB_MODE (disabled -> off; online/run -> online)."""
+    """--wandb's default, from WANDB_MODE (disabled -> off; online/run -> online); without it,
+    online under a sweep agent (it sets WANDB_SWEEP_ID), whose sweep would otherwise see nothing."""
     env = os.environ.get("WANDB_MODE", "").strip().lower()
+    if not env and os.environ.get("WANDB_SWEEP_ID"):
+        return "online"
     return {"offline": "offline", "dryrun": "offline", "online": "online", "run": "online"}.get(env, "off")
 
 
@@ -35,24 +47,35 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def run_id(spec: dict) -> str:
-    """The W&B run id of a cell: its spec id, so every attempt at a cell lands in one W&B run."""
-    return f"cell-{spec_id(spec)}"
+def kept_run_id(run_dir: str | Path) -> str:
+    """The W&B run id of the run in run_dir: the one kept there by an earlier start, or a new one
+    (8 characters of [a-z0-9], as W&B makes them)."""
+    path = Path(run_dir) / ID_FILE
+    if path.exists():
+        return path.read_text().strip()
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
 
 
-def make_tracker(mode: str, spec: dict, grid: str | None = None, experiment: str | None = None):
+def method(spec: dict) -> str:
+    """The optimizer, filter and sampler by name, e.g. adamlr+none+random: one W&B config key to
+    group or filter runs by method."""
+    return "+".join(spec[kind]["name"] for kind in ("opt", "filter", "sampler"))
+
+
+def make_tracker(mode: str, spec: dict, run_dir: str | Path, grid: str | None = None, experiment: str | None = None):
     """A tracker for train(), or None when tracking is off or nothing is trained (a task with its
     own runner: its spec has no train settings and no curves)."""
     if check_mode(mode) == "off" or "train" not in spec:
         return None
-    return WandbTracker(mode, spec, grid, experiment)
+    return WandbTracker(mode, spec, run_dir, grid, experiment)
 
 
 class WandbTracker:
     """What train() calls: log(record, step) per evaluation and finish(result) at the end."""
 
-    def __init__(self, mode: str, spec: dict, grid: str | None = None, experiment: str | None = None):
-        self.mode, self.spec, self.run = mode, spec, None
+    def __init__(self, mode: str, spec: dict, run_dir: str | Path, grid: str | None = None,
+                 experiment: str | None = None):
+        self.mode, self.spec, self.run_dir, self.run, self.id_kept = mode, spec, Path(run_dir), None, False
         task, model, opt = spec["task"]["name"], spec["model"]["name"], spec["opt"]["name"]
         tags = [task, model, opt, spec["sampler"]["name"], f"seed{spec['seed']}"]
         if spec["filter"]["name"] != "none":
@@ -63,8 +86,7 @@ class WandbTracker:
             group="/".join([grid or "run", task, model]),
             job_type=opt,
             tags=tags,
-            config=spec,
-            id=run_id(spec),
+            config=spec | {"spec_id": spec_id(spec), "method": method(spec)},
             name=f"{task}-{model}-{opt}-s{spec['seed']}-{spec_id(spec)[:6]}",
             resume="allow",
             mode=mode,
@@ -74,11 +96,22 @@ class WandbTracker:
     def start(self) -> None:
         import wandb
 
-        self.run = wandb.init(**self.init_args)
+        run_id = kept_run_id(self.run_dir)
+        self.run = wandb.init(**self.init_args, id=run_id)
+        # A sweep agent names its runs itself (W&B then ignores ours): keep the id W&B used.
+        self.id_kept = self.run.id == run_id and (self.run_dir / ID_FILE).exists()
+
+    def keep_id(self) -> None:
+        """Write the W&B run's id into the run dir once the run is under way there (the loop has
+        made the dir), so that bad input found while building still leaves nothing behind."""
+        if not self.id_kept:
+            write_atomic(self.run_dir / ID_FILE, self.run.id + "\n")
+            self.id_kept = True
 
     def log(self, record: dict, step: int) -> None:
         if self.run is None:
             self.start()
+        self.keep_id()
         if step < self.run.step:  # a resumed run replays a few evaluations W&B already has
             return
         self.run.log(record, step=step)
@@ -86,6 +119,7 @@ class WandbTracker:
     def finish(self, result: dict) -> None:
         if self.run is None:
             self.start()
+        self.keep_id()
         self.run.summary.update({k: result[k] for k in SUMMARY_KEYS if k in result})
         self.run.finish(exit_code=0)
         self.run = None

@@ -3,6 +3,7 @@ and one real run of the bundled MiniLM through the CLI."""
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from conftest import run_cli
 from suite import SuiteError
 from suite.cli import main
 from suite.probe import best_layers, extract, layer_measures, scaling_rate, summarize
+from suite.registry import ALL
 from suite.spec import default_run_dir, resolve
 from suite.tasks.number_probe import base26, number_interval, number_probe
 
@@ -149,10 +151,12 @@ def test_bad_groups_are_one_line_errors(settings, message):
 
 def test_probe_task_names_its_model_and_trains_nothing(tmp_path):
     spec = resolve({"task": "number_probe"})
-    assert spec["model"] == {"name": "smollm2"}
     assert set(spec) == {"task", "model", "seed"}
     assert default_run_dir(spec, tmp_path).parent.name == "number_probe-smollm2"
-    assert resolve({"task": "number_probe", "model": "hf"}, {"path": "/m"})["model"] == {"name": "hf", "path": "/m", "gguf_file": ""}
+    assert spec["model"] == {"name": "smollm2", "dtype": "float32", "device_map": None}
+    assert resolve({"task": "number_probe", "model": "hf"}, {"path": "/m"})["model"] == {
+        "name": "hf", "path": "/m", "gguf_file": "", "revision": None, "dtype": "float32", "device_map": None,
+        "trust_remote_code": False}
     with pytest.raises(SuiteError, match="trains nothing"):
         resolve({"task": "number_probe", "opt": "adam"})
     assert resolve()["model"]["name"] == "mlp"  # other tasks keep the suite's default
@@ -164,6 +168,8 @@ def test_probe_task_names_its_model_and_trains_nothing(tmp_path):
     (["--model", "mlp"], "takes tokens"),
     (["--set", "groups=1,1"], "distinct"),
     (["--opt", "adam"], "trains nothing"),
+    (["--set", "dtype=float64"], "not one of float32, float16, bfloat16"),
+    (["--set", "revision=main"], "takes 'revision'"),  # the bundled models are local files
 ])
 def test_cli_bad_input_exit_2_nothing_written(tmp_path, capsys, args, message):
     out = tmp_path / "run"
@@ -205,6 +211,64 @@ def test_model_without_hidden_states(tmp_path, capsys, minilm):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "hidden states" in err
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory, minilm):
+    """A two-layer BERT of width 16 with MiniLM's tokenizer, saved as a local model directory."""
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny") / "bert"
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=minilm.tokenizer.vocab_size, hidden_size=16, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=32)).save_pretrained(folder)
+    minilm.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_dtype_and_device_map_reach_from_pretrained_and_the_defaults_load_as_before(tiny_bert):
+    hf = ALL["model"].get("hf").build
+    prompts = ["1=1,2=", "1234=1234,5678=5678,9999=9999,10005="]
+    plain = hf(None, path=str(tiny_bert)).to("cpu")
+    assert {p.dtype for p in plain.model.parameters()} == {torch.float32}
+    assert not plain.placed and not hasattr(plain.model, "_hf_hook")
+    placed = hf(None, path=str(tiny_bert), dtype="bfloat16", device_map="cpu").to("meta")
+    assert {p.dtype for p in placed.model.parameters()} == {torch.bfloat16}
+    assert {p.device.type for p in placed.model.parameters()} == {"cpu"}  # the map placed it; .to() leaves it
+    ours, _ = extract(plain, prompts, batch_size=2, read="equals", device="cpu")
+    theirs, _ = extract(placed, prompts, batch_size=2, read="equals", device="cpu")
+    assert theirs.dtype == np.float32 and np.abs(ours - theirs).max() < 0.05 * np.abs(ours).max()
+    with pytest.raises(SuiteError, match="version of a hub model"):
+        hf(None, path=str(tiny_bert), revision="main")
+
+
+def test_remote_code_runs_only_when_trusted(tmp_path, capsys, tiny_bert):
+    """A model directory whose architecture is its own Python code (auto_map), as on the hub."""
+    folder = tmp_path / "custom"
+    shutil.copytree(tiny_bert, folder)
+    (folder / "configuration_tiny.py").write_text(
+        "from transformers import BertConfig\n\n\nclass TinyConfig(BertConfig):\n    model_type = 'tiny-custom'\n")
+    (folder / "modeling_tiny.py").write_text(
+        "from transformers import BertModel\n\nfrom .configuration_tiny import TinyConfig\n\n\n"
+        "class TinyModel(BertModel):\n    config_class = TinyConfig\n")
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"model_type": "tiny-custom", "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig",
+                                                         "AutoModel": "modeling_tiny.TinyModel"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    args = ["run", "--task", "number_probe", "--model", "hf", "--set", f"path={folder}", "--set", "runs=1",
+            "--set", "per_group=4", "--set", "data=numbers"]
+    assert main([*args, "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot load" in err and "trust_remote_code" in err
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "trusted"
+    proc = run_cli(*args, "--set", "trust_remote_code=true", "--set", "dtype=bfloat16", "--set", "device_map=cpu",
+                   "--out", out, env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["model"]["class"] == "TinyModel" and result["model"]["n_layers"] == 2
+    assert result["spec"]["model"] == {"name": "hf", "path": str(folder), "gguf_file": "", "revision": None,
+                                       "dtype": "bfloat16", "device_map": "cpu", "trust_remote_code": True}
 
 
 def test_left_padding_leaves_each_prompt_as_it_is_alone(minilm):

@@ -1,15 +1,25 @@
 """W&B tracking, offline: the files a compute node writes for `wandb sync` hold the right run."""
 
 import json
+import os
+import signal
 import struct
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import TINY_FIXED, run_cli
+from conftest import REPO, TINY_FIXED, run_cli
+from suite.cli import main
 from suite.grid import load
 from suite.spec import canonical, spec_id
-from suite.tracking import default_mode, make_tracker, run_id
+from suite.tracking import ID_FILE, default_mode, kept_run_id, make_tracker
+
+OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
+TINY = ["--set", "p=11", "--set", "d=16", "--set", "hidden=32", "--steps", "20", "--set", "eval_every=10"]
 
 
 def read_records(path: Path) -> list:
@@ -38,12 +48,27 @@ def read_records(path: Path) -> list:
     return records
 
 
+def kept_id(run_dir: Path) -> str:
+    return (run_dir / ID_FILE).read_text().strip()
+
+
+def offline_runs(wandb_dir: Path, run: str) -> list[dict]:
+    """What W&B would upload for a run id, one entry per attempt (a resumed run writes another
+    offline run with the same id), oldest first."""
+    files = sorted(wandb_dir.glob(f"wandb/offline-run-*-{run}/run-{run}.wandb"))
+    return [read_offline(f) for f in files]
+
+
 def offline_run(wandb_dir: Path, run: str) -> dict:
     """What W&B would upload for one offline run: the run record, history and summary."""
-    files = sorted(wandb_dir.glob(f"wandb/offline-run-*-{run}/run-{run}.wandb"))
-    assert len(files) == 1, files
+    runs = offline_runs(wandb_dir, run)
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def read_offline(path: Path) -> dict:
     out = {"history": [], "summary": {}, "exit": None}
-    for record in read_records(files[0]):
+    for record in read_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             out["run"] = record.run
@@ -60,16 +85,16 @@ def offline_run(wandb_dir: Path, run: str) -> dict:
 def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_path):
     grid = tmp_path / "wb.toml"
     grid.write_text('name = "wbgrid"\n' + TINY_FIXED + 'opt = "adamlr"\n')
-    env = {"WANDB_DIR": str(tmp_path), "WANDB_MODE": "offline", "WANDB_PROJECT": "suite-test",
-           "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
+    env = {"WANDB_DIR": str(tmp_path), "WANDB_PROJECT": "suite-test", **OFFLINE}
     proc = run_cli("grid", grid, "--root", tmp_path / "runs", env=env)  # --wandb defaults to WANDB_MODE
     assert proc.returncode == 0, proc.stderr
     cell = load(grid).cells[0]
-    run = offline_run(tmp_path, run_id(cell.spec))
+    run = offline_run(tmp_path, kept_id(cell.run_dir(tmp_path / "runs")))
     assert run["run"].run_group == "wbgrid/modular/mlp" and run["run"].job_type == "adamlr"
-    assert run["run"].project == "suite-test" and run["run"].run_id == f"cell-{spec_id(cell.spec)}"
+    assert run["run"].project == "suite-test"
     assert {"modular", "mlp", "adamlr", "random", "seed0", "wbgrid"} <= set(run["run"].tags)
-    assert {k: v for k, v in run["config"].items() if not k.startswith("_")} == canonical(cell.spec)
+    assert {k: v for k, v in run["config"].items() if not k.startswith("_")} == canonical(cell.spec) | {
+        "spec_id": spec_id(cell.spec), "method": "adamlr+none+random"}
     metrics = [json.loads(line) for line in (cell.run_dir(tmp_path / "runs") / "metrics.jsonl").read_text().splitlines()]
     history = [{k: v for k, v in h.items() if not k.startswith("_")} for h in run["history"]]
     assert [h["val_acc"] for h in history] == [m["val_acc"] for m in metrics]
@@ -82,20 +107,123 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
 
 def test_run_flag_overrides_the_environment(tmp_path):
     env = {"WANDB_DIR": str(tmp_path), "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    args = ["--set", "p=11", "--set", "d=16", "--set", "hidden=32", "--steps", "20", "--set", "eval_every=10"]
-    proc = run_cli("run", *args, "--out", tmp_path / "off", env=env)
-    assert proc.returncode == 0 and not (tmp_path / "wandb").exists()
-    proc = run_cli("run", *args, "--wandb", "offline", "--out", tmp_path / "on", env=env)
+    proc = run_cli("run", *TINY, "--out", tmp_path / "off", env=env)
+    assert proc.returncode == 0 and not (tmp_path / "wandb").exists() and not (tmp_path / "off" / ID_FILE).exists()
+    proc = run_cli("run", *TINY, "--wandb", "offline", "--out", tmp_path / "on", env=env)
     assert proc.returncode == 0, proc.stderr
-    spec = json.loads((tmp_path / "on/spec.json").read_text())
-    run = offline_run(tmp_path, run_id(spec))
+    run = offline_run(tmp_path, kept_id(tmp_path / "on"))
     assert run["run"].run_group == "run/modular/mlp" and run["run"].job_type == "adam"
 
 
-def test_modes(monkeypatch):
+def test_modes(monkeypatch, tmp_path):
     for env, mode in (("offline", "offline"), ("online", "online"), ("disabled", "off"), ("", "off")):
         monkeypatch.setenv("WANDB_MODE", env)
         assert default_mode() == mode
-    assert make_tracker("off", {}) is None
+    monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")  # a sweep agent's run: tracked unless WANDB_MODE says otherwise
+    assert default_mode() == "online"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert default_mode() == "offline"
+    assert make_tracker("off", {}, tmp_path) is None
     with pytest.raises(Exception, match="--wandb takes off, offline, online"):
-        make_tracker("sometimes", {})
+        make_tracker("sometimes", {}, tmp_path)
+
+
+def test_a_run_dir_keeps_its_id_and_a_fresh_one_gets_a_new_one(tmp_path):
+    ids = {kept_run_id(tmp_path / "fresh") for _ in range(20)}
+    assert len(ids) == 20 and all(len(i) == 8 and i.isalnum() and i.islower() for i in ids)
+    (tmp_path / "resumed").mkdir()
+    (tmp_path / "resumed" / ID_FILE).write_text("kept1234\n")
+    assert kept_run_id(tmp_path / "resumed") == "kept1234"
+
+
+def test_bad_input_with_tracking_on_leaves_no_run_dir(tmp_path):
+    proc = run_cli("run", "--model", "resnet18", "--wandb", "offline", "--out", tmp_path / "run",
+                   env={"WANDB_DIR": str(tmp_path), **OFFLINE})
+    assert proc.returncode == 2 and "takes" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run").exists()
+
+
+def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the run ended before step {step}: {proc.communicate()[1]}"
+        lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
+        if any(json.loads(line)["step"] >= step for line in lines[:-1]):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} not reached")
+
+
+def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_starts_another(tmp_path):
+    args = ["run", "--set", "p=23", "--set", "d=32", "--set", "hidden=64", "--set", "eval_every=50",
+            "--set", "checkpoint_every=100", "--set", "patience=none", "--steps", "600", "--wandb", "offline"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE}
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "suite", *args, "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_step(proc, out, 200)
+    proc.send_signal(signal.SIGUSR1)  # Slurm's warning before a requeue
+    assert proc.wait(timeout=120) == 3, proc.communicate()[1]
+    first = kept_id(out)
+    resumed = run_cli(*args, "--out", out, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert kept_id(out) == first
+    attempts = offline_runs(tmp_path, first)
+    assert [a["exit"] for a in attempts] == [3, 0]
+    assert attempts[1]["history"][-1]["_step"] == 600 and attempts[1]["summary"]["steps"] == 600
+    fresh = run_cli(*args, "--out", tmp_path / "again", env=env)  # the same spec in another run dir
+    assert fresh.returncode == 0, fresh.stderr
+    assert kept_id(tmp_path / "again") != first
+    assert offline_run(tmp_path, kept_id(tmp_path / "again"))["config"]["spec_id"] == spec_id(
+        json.loads((out / "spec.json").read_text()))
+
+
+def test_dotted_flags_set_settings_and_bad_ones_are_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--set", "p=11", "--model.d=16", "--model.hidden", "32", "--opt.lr", "3e-3",
+                 "--train.steps=20", "--train.eval_every", "10", "--wandb", "off", "--out", str(out)]) == 0
+    spec = json.loads((out / "spec.json").read_text())
+    assert (spec["model"]["d"], spec["model"]["hidden"], spec["opt"]["lr"]) == (16, 32, 0.003)
+    assert (spec["train"]["steps"], spec["train"]["eval_every"]) == (20, 10)
+    capsys.readouterr()
+    assert main(["run", "--opt.nosuch", "1", "--out", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --set opt.nosuch: the opt 'adam' takes 'nosuch'"
+    for leftover in (["--bogus", "1"], ["--opt.lr"], ["--opt.lr", "--train.steps=5"], ["1e-3"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["run", *leftover, "--out", str(tmp_path / "bad")])
+        assert stop.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # other commands take no settings
+        main(["status", "grid.toml", "--opt.lr", "1e-3"])
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_readme_sweep_drives_suite_run(tmp_path):
+    """The README's sweep, run as its agent would run it (the command with ${args} filled in and
+    the environment and config file set up by wandb's own code), offline, with the first value of
+    each parameter and a tiny cell."""
+    from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
+    from wandb.sdk.lib import config_util
+
+    readme = (REPO / "README.md").read_text()
+    sweep = yaml.safe_load(readme.split("<!-- sweep -->\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0])
+    params = {k: v["values"][0] if "values" in v else v["value"] for k, v in sweep["parameters"].items()}
+    params |= {"task.p": 11, "model.d": 16, "model.hidden": 32, "train.steps": 20, "train.eval_every": 10}
+    command_args = {k: {"value": v} for k, v in params.items()}
+    args = create_sweep_command_args({"args": command_args})["args"]
+    assert "--opt.lr=0.003" in args
+    filled = {"${env}": [], "${interpreter}": [sys.executable], "${args}": args}
+    command = [part for c in sweep["command"] for part in filled.get(c, [c])]
+    config_util.save_config_file_from_dict(tmp_path / "sweep-config.yaml", command_args)
+    agent = {"WANDB_SWEEP_ID": "sweep1", "WANDB_RUN_ID": "agentrun",
+             "WANDB_SWEEP_PARAM_PATH": str(tmp_path / "sweep-config.yaml")}
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE, **agent})
+    assert proc.returncode == 0, proc.stderr
+    run_dir = (tmp_path / proc.stdout.strip().splitlines()[-1]).parent
+    spec = json.loads((run_dir / "spec.json").read_text())
+    assert spec["opt"]["name"] == "adamlr" and spec["seed"] == params["seed"]
+    assert all(spec[k.split(".")[0]][k.split(".")[1]] == v for k, v in params.items() if "." in k)
+    assert kept_id(run_dir) == "agentrun"  # the agent names the W&B run; the run dir records that name
+    config = offline_run(tmp_path, "agentrun")["config"]
+    assert config["spec_id"] == spec_id(spec) and config["method"] == "adamlr+none+random"
+    assert config["opt.lr"] == 0.003 and config["opt"] == canonical(spec)["opt"]

@@ -1,0 +1,127 @@
+"""`python -m suite export ROOT [--out DIR]`: every finished run under ROOT as tables pandas reads.
+
+- runs.csv, runs.parquet: one row per result.json under ROOT (recursively): `run` (its run dir,
+  relative to ROOT), `runner` (train or probe, suite.results.runner_of), the spec flattened into
+  columns (`task.name`, `task.p`, `opt.lr`, `train.steps`, `seed`, ...; a list such as
+  `opt.betas` as JSON text) and the result's scalar fields beside them (`grok_step`,
+  `final_val_acc`, `wall_s`, ...; nested ones, such as a probe's per-layer table, stay in
+  result.json). The same spec found twice is two rows with one `run_id`.
+- curves.csv, curves.parquet: those runs' metrics.jsonl in long format, one row per
+  (run, step, metric, value).
+
+A result.json that cannot be read is skipped with one warning line naming it (so is the
+metrics.jsonl of a run, whose row stays).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from suite.registry import SuiteError
+from suite.results import runner_of
+from suite.rundir import RunDir, read_json, write_atomic
+
+SCALARS = (str, int, float, bool)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [""])[0][:200] or type(err).__name__
+
+
+def _read_result(path: Path) -> dict:
+    result = read_json(path)
+    if not isinstance(result, dict) or not isinstance(result.get("spec"), dict):
+        raise ValueError("not a result: no spec")
+    return result
+
+
+def flatten(spec: dict) -> dict:
+    """{"opt": {"name": "adam", "lr": 0.01}, "seed": 0} -> {"opt.name": "adam", "opt.lr": 0.01, "seed": 0}."""
+    flat = {}
+    for kind, block in spec.items():
+        for key, value in (block.items() if isinstance(block, dict) else [(None, block)]):
+            scalar = value is None or isinstance(value, SCALARS)
+            flat[kind if key is None else f"{kind}.{key}"] = value if scalar else json.dumps(value)
+    return flat
+
+
+def _column(values: list) -> pd.api.extensions.ExtensionArray:
+    """One type per column from its Python values (None = missing): integers stay integers beside
+    a missing value, a column with no value at all is numeric (it is nearly always a step that
+    was never reached, such as grok_step), and one that mixes types becomes text, which parquet
+    can store."""
+    kinds = {type(v) for v in values if v is not None}
+    if kinds and kinds <= {bool}:
+        return pd.array(values, dtype="boolean")
+    if kinds and kinds <= {int}:
+        return pd.array(values, dtype="Int64")
+    if kinds <= {int, float}:
+        return pd.array([None if v is None else float(v) for v in values], dtype="Float64")
+    return pd.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], dtype="string")
+
+
+def _table(rows: list[dict], order=lambda column: 0) -> pd.DataFrame:
+    columns = sorted(dict.fromkeys(key for row in rows for key in row), key=order)  # stable: first seen first
+    return pd.DataFrame({c: _column([row.get(c) for row in rows]) for c in columns})
+
+
+def _spec_order(column: str) -> int:
+    """Spec columns grouped as a spec reads: task, model, opt, sampler, filter, train, seed."""
+    kinds = ("task", "model", "opt", "sampler", "filter", "train", "seed")
+    kind = column.split(".")[0]
+    return kinds.index(kind) if kind in kinds else len(kinds)
+
+
+def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, curves) of every readable result.json under root."""
+    ids, specs, scalars, curves = [], [], [], []
+    for path in sorted(root.rglob("result.json")):
+        run = path.parent.relative_to(root).as_posix()
+        try:
+            result = _read_result(path)
+        except (OSError, ValueError) as err:
+            print(f"warning: skipped {path}: {_first_line(err)}", file=sys.stderr)
+            continue
+        try:
+            records = RunDir(path.parent).read_metrics()  # none for a probe
+        except (OSError, ValueError) as err:
+            print(f"warning: no curves from {path.parent / 'metrics.jsonl'}: {_first_line(err)}", file=sys.stderr)
+            records = []
+        ids.append({"run": run, "runner": runner_of(result)})
+        specs.append(flatten(result["spec"]))
+        scalars.append({k: v for k, v in result.items() if k != "runner" and (v is None or isinstance(v, SCALARS))})
+        curves += [(run, record["step"], metric, float(value)) for record in records
+                   for metric, value in record.items()
+                   if metric != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)]
+    if not ids:
+        raise SuiteError(f"no readable result.json under {root}")
+    runs = pd.concat([_table(ids), _table(specs, _spec_order), _table(scalars)], axis=1)
+    frame = pd.DataFrame(curves, columns=["run", "step", "metric", "value"])
+    curves = frame.astype({"run": "string", "step": "int64", "metric": "string", "value": "float64"})
+    return runs, curves
+
+
+def export(root: str | Path, out: str | Path) -> tuple[list[Path], pd.DataFrame, pd.DataFrame]:
+    """Write runs and curves as CSV and parquet into out; return the files and the tables."""
+    root, out = Path(root), Path(out)
+    if not root.is_dir():
+        raise SuiteError(f"no such directory: {root}")
+    runs, curves = collect(root)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, table in (("runs", runs), ("curves", curves)):
+        for suffix, data in ((".csv", table.to_csv(index=False)), (".parquet", _parquet(table))):
+            write_atomic(out / f"{name}{suffix}", data)  # a reader never sees half a table
+            written.append(out / f"{name}{suffix}")
+    return written, runs, curves
+
+
+def _parquet(table: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    table.to_parquet(buf, index=False, engine="pyarrow")
+    return buf.getvalue()

@@ -1,0 +1,98 @@
+"""`suite export`: every run under a root as one table (CSV, parquet) and its curves in long format."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from suite.cli import main
+
+TINY = ["--set", "p=11", "--set", "train_frac=0.5", "--set", "d=16", "--set", "hidden=32", "--steps", "20",
+        "--set", "eval_every=10", "--wandb", "off"]
+PROBE = next(REPO.glob("leaderboards/probes/runs/*/*/result.json"))  # a committed number-probe result
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """Two trained runs (one a level deeper), a probe's result, and a result.json that is not one."""
+    root = tmp_path_factory.mktemp("export") / "runs"
+    assert main(["run", *TINY, "--out", str(root / "a")]) == 0
+    assert main(["run", *TINY, "--opt", "adamlr", "--set", "opt.lr=3e-3", "--seed", "1",
+                 "--out", str(root / "deeper" / "b")]) == 0
+    (root / "probe").mkdir()
+    shutil.copy(PROBE, root / "probe" / "result.json")
+    (root / "torn").mkdir()
+    (root / "torn" / "result.json").write_text('{"spec": {"task"')
+    return root
+
+
+def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, capsys):
+    capsys.readouterr()
+    assert main(["export", str(root)]) == 0
+    out, err = capsys.readouterr()
+    names = ["runs.csv", "runs.parquet", "curves.csv", "curves.parquet"]
+    assert out.splitlines() == [str(root / "export" / name) for name in names]
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: skipped {root / 'torn' / 'result.json'}: Expecting")
+
+    runs = pd.read_parquet(root / "export" / "runs.parquet")
+    assert list(runs["run"]) == ["a", "deeper/b", "probe"]
+    assert list(runs["runner"]) == ["train", "train", "probe"]
+    for _, row in runs.iterrows():
+        result = json.loads((root / row["run"] / "result.json").read_text())
+        for kind, block in result["spec"].items():
+            for key, value in (block.items() if isinstance(block, dict) else [(None, block)]):
+                cell = row[kind if key is None else f"{kind}.{key}"]
+                assert (json.dumps(value) if isinstance(value, list) else value) == (None if pd.isna(cell) else cell)
+        for key in ("run_id", "wall_s", "device", "git_commit") + (("grok_step", "final_val_acc", "steps")
+                                                                   if row["runner"] == "train" else ()):
+            assert (None if pd.isna(row[key]) else row[key]) == result[key], key
+    b = runs.set_index("run").loc["deeper/b"]
+    assert (b["opt.name"], b["opt.lr"], b["task.p"], b["train.steps"], b["seed"]) == ("adamlr", 0.003, 11, 20, 1)
+    assert str(runs["task.p"].dtype) == str(runs["steps"].dtype) == "Int64"  # integers beside the probe's missing ones
+    assert pd.api.types.is_numeric_dtype(runs["grok_step"])  # even where no run grokked
+    assert runs.loc[2, "task.p"] is pd.NA and "numbers" not in runs  # a probe has no p; nested fields stay out
+    assert runs.loc[0, "opt.betas"] == "[0.9, 0.999]"
+
+    csv = pd.read_csv(root / "export" / "runs.csv")
+    assert list(csv.columns) == list(runs.columns)
+    for column in ("opt.lr", "task.p", "grok_step"):
+        pd.testing.assert_series_equal(csv[column], runs[column].astype("float64"))
+
+
+def test_curves_are_every_metrics_line_in_long_format(root):
+    main(["export", str(root), "--out", str(root.parent / "elsewhere")])
+    curves = pd.read_parquet(root.parent / "elsewhere" / "curves.parquet")
+    assert list(curves.columns) == ["run", "step", "metric", "value"]
+    assert set(curves["run"]) == {"a", "deeper/b"}  # the probe wrote no curves
+    for run in ("a", "deeper/b"):
+        records = [json.loads(line) for line in (root / run / "metrics.jsonl").read_text().splitlines()]
+        mine = curves[curves.run == run]
+        assert list(mine["step"].drop_duplicates()) == [r["step"] for r in records] == [0, 10, 20]
+        wide = mine.pivot(index="step", columns="metric", values="value")
+        for record in records:
+            assert {k: v for k, v in record.items() if k != "step"} == pytest.approx(wide.loc[record["step"]].to_dict())
+    pd.testing.assert_frame_equal(pd.read_csv(root.parent / "elsewhere" / "curves.csv"), curves, check_dtype=False)
+
+
+def test_the_readme_snippet_reads_an_export(root, monkeypatch, capsys):
+    readme = (REPO / "README.md").read_text()
+    code = readme.split("<!-- export -->")[1].split("```python")[1].split("```")[0]
+    main(["export", str(root)])
+    monkeypatch.chdir(root.parent)
+    scope = {}
+    exec(code, scope)
+    assert set(scope["val_acc"]["run"]) == {"a", "deeper/b"} and "seed" in scope["val_acc"]
+    assert "adamlr" in capsys.readouterr().out
+
+
+def test_nothing_to_export_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "nowhere")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: no such directory: {tmp_path / 'nowhere'}",
+                   f"error: no readable result.json under {tmp_path / 'empty'}"]
+    assert not (tmp_path / "empty" / "export").exists()
