@@ -394,3 +394,6 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `suite list | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

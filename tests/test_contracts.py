@@ -349,3 +349,12 @@ def test_suite_has_no_import_cycles():
 
     for node in sorted(graph):
         visit(node)
+
+
+def test_listing_into_a_closed_pipe_is_quiet():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m suite list | head -1", shell=True, capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert proc.stdout == "tasks:\n" and "Traceback" not in proc.stderr, proc.stderr
