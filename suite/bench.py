@@ -22,7 +22,6 @@ import os
 import platform
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from suite.measures import LOSSES
 from suite.registry import SuiteError
+from suite.results import git_commit, git_dirty
 from suite.rundir import write_json
 from suite.spec import resolve, runner_of_task, spec_id
 
@@ -271,16 +271,6 @@ def compile_section(device: torch.device, options: Options) -> dict:
 
 # --- the whole bench -------------------------------------------------------------------------------
 
-def git_state() -> tuple[str | None, bool | None]:
-    """HEAD's commit, and whether the checkout has uncommitted changes (figures then describe more than the commit)."""
-    from suite.results import git_commit
-
-    try:
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).parent,
-                                capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return git_commit(), None
-    return git_commit(), bool(status.stdout.strip()) if status.returncode == 0 else None
 
 
 def default_out(commit: str | None, started: datetime) -> Path:
@@ -289,7 +279,7 @@ def default_out(commit: str | None, started: datetime) -> Path:
 
 def run_bench(device: torch.device, options: Options) -> dict:
     started = datetime.now(timezone.utc)
-    commit, dirty = git_state()
+    commit, dirty = git_commit(), git_dirty()
     report = {
         "commit": commit, "dirty": dirty, "date": started.isoformat(timespec="seconds"),
         "hostname": socket.gethostname(), "torch_version": torch.__version__, "python": platform.python_version(),

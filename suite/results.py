@@ -22,14 +22,24 @@ def runner_of(result: dict) -> str:
     return TRAIN if isinstance(spec, dict) and "train" in spec else "probe"
 
 
-def git_commit() -> str | None:
-    """The suite checkout's commit, recorded in every result (None outside a git checkout)."""
+def _git(*args: str) -> subprocess.CompletedProcess | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True,
-                             timeout=5)
-        return out.stdout.strip() or None
+        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def git_commit() -> str | None:
+    """The suite checkout's commit, recorded in every result (None outside a git checkout)."""
+    out = _git("rev-parse", "HEAD")
+    return (out.stdout.strip() or None) if out else None
+
+
+def git_dirty() -> bool | None:
+    """Whether the checkout has uncommitted changes to tracked files (then a result describes more
+    than its commit); None outside a git checkout."""
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return bool(out.stdout.strip()) if out and out.returncode == 0 else None
 
 
 def headline(result: dict) -> str:

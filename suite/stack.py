@@ -10,6 +10,7 @@ evaluate, checkpoint, let stopped members go and finish; each of those is one me
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from suite.ensemble import Ensemble
 from suite.hessian import hessian_measures
 from suite.measures import LOSSES, Milestones, evaluate, progress_measures
 from suite.registry import ALL, SuiteError
-from suite.results import TRAIN, git_commit
+from suite.results import TRAIN, git_commit, git_dirty
 from suite.rundir import RunDir, rng_states, set_rng_states, write_json
 from suite.spec import component_settings, spec_id
 
@@ -276,8 +277,11 @@ class Stack:
 
 
 def provenance(size: int, device: torch.device, compile: bool) -> dict:
-    """How a result was made, recorded in it."""
-    return {"ensemble_size": size, "device": str(device), "compiled": compile, "git_commit": git_commit()}
+    """How a result was made, recorded in it. Threads change the rounding on CPU (README, "Many seeds at
+    once") and the wait policy the speed, so both are recorded beside the commit."""
+    return {"ensemble_size": size, "device": str(device), "compiled": compile, "git_commit": git_commit(),
+            "git_dirty": git_dirty(), "threads": torch.get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def _record(m: Member, record: dict) -> None:
