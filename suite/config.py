@@ -23,6 +23,7 @@ class TrainConfig:
     eval_batch: int = 8192  # examples per evaluation chunk (per member of an ensemble)
     checkpoint_every: int = 2_000
     hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
+    grad_clip: Optional[float] = None  # max global gradient norm per member (after the filter, before the optimizer)
 
     def __post_init__(self):
         if self.steps <= 0:
@@ -35,3 +36,5 @@ class TrainConfig:
             raise SuiteError(f"hessian_every must be positive (or None), got {self.hessian_every}")
         if self.warmup_steps < 0 or (self.patience is not None and self.patience < 0):
             raise SuiteError("warmup_steps and patience must be >= 0")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise SuiteError(f"grad_clip must be positive (or None), got {self.grad_clip}")

@@ -52,6 +52,8 @@ def sigma_max(w: torch.Tensor) -> float:
     (the largest eigenvalue keeps its relative accuracy when squared). w is scaled to a largest
     entry of 1 first, so that squaring a decayed, tiny w cannot underflow to 0."""
     w = w.detach().float().flatten(1)
+    if not torch.isfinite(w).all():  # a diverged run: eigvalsh would raise
+        return float("nan")
     scale = w.abs().max()
     if scale == 0:
         return 0.0

@@ -10,6 +10,7 @@ evaluate, checkpoint, let stopped members go and finish; each of those is one me
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -47,7 +48,8 @@ class Member:
     metrics_file: object = None  # the open metrics.jsonl
     record: dict | None = None  # the last evaluation
     wall_before: float = 0.0  # this member's share of the wall time before a resume
-    result: dict | None = None  # set once it stops (target held, or the budget)
+    result: dict | None = None  # set once it stops (target held, diverged, or the budget)
+    diverged: bool = False  # its loss or parameters stopped being finite
     notes: list[str] = field(default_factory=list)
 
 
@@ -181,19 +183,27 @@ class Stack:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.grad_filter.apply()
+        if self.cfg.grad_clip is not None:
+            self.model.clip_grad_norms(self.cfg.grad_clip)
         self.optimizer.step()
 
     # --- evaluate, record, stop -------------------------------------------------------------------
 
     def evaluate(self, step: int) -> None:
         """Evaluate every live member on its whole train and val sets and record it (metrics.jsonl,
-        tracker, milestones); the milestones reached go to each member's notes."""
+        tracker, milestones); the milestones reached go to each member's notes. A member whose loss
+        or parameters are no longer finite is marked diverged instead, and records nothing."""
         cfg = self.cfg
         self.model.eval()
         train_loss, train_correct = evaluate(self.model, self.x_train, self.y_train, self.loss_fn, cfg.eval_batch)
         val_loss, val_correct = evaluate(self.model, self.x_val, self.y_val, self.loss_fn, cfg.eval_batch)
         self.model.train()
+        finite = self.model.finite()
         for i, m in enumerate(self.live):
+            if not (finite[i] and math.isfinite(train_loss[i]) and math.isfinite(val_loss[i])):
+                m.diverged = True
+                m.notes.append("diverged")
+                continue
             record = {"step": step, "train_loss": train_loss[i], "train_acc": train_correct[i].float().mean().item(),
                       "val_loss": val_loss[i], "val_acc": val_correct[i].float().mean().item()}
             for name, mask in m.data.val_groups.items():
@@ -204,9 +214,14 @@ class Stack:
                                            cfg.eval_batch)
             _record(m, record)
 
-    def target_held(self, m: Member, step: int) -> bool:
-        return self.cfg.patience is not None and m.milestones.held_since is not None \
-            and step - m.milestones.held_since >= self.cfg.patience
+    def stop_reason(self, m: Member, step: int) -> str | None:
+        """Why m stops at this evaluation ("diverged", "target held"), or None."""
+        if m.diverged:
+            return "diverged"
+        if self.cfg.patience is not None and m.milestones.held_since is not None \
+                and step - m.milestones.held_since >= self.cfg.patience:
+            return "target held"
+        return None
 
     def leave(self) -> None:
         """Members that stopped leave the stack; the rest go on in a smaller one, each with its
@@ -245,9 +260,9 @@ class Stack:
             m.run_dir.unlock()
 
     def finish(self, m: Member, step: int, stop_reason: str, wall: float, how: dict) -> None:
-        """Write m's result.json (its last evaluation, milestones, provenance) and close its run dir."""
+        """Write m's result.json (its last finite evaluation, milestones, provenance) and close its run dir."""
         m.metrics_file.close()
-        record = m.record
+        record = m.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
         m.result = {
             "spec": m.spec,
             "run_id": spec_id(m.spec),

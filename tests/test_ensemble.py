@@ -49,6 +49,7 @@ def _same_result(a: dict, b: dict) -> bool:
     ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
     ({"opt": "adamlr", "filter": "grokfast_ma", "sampler": "epoch"}, {"d": 16, "hidden": 32, "window": 5}),
     ({"opt": "sgd", "filter": "grokfast_ema", "sampler": "frequency"}, {"d": 16, "hidden": 32}),
+    ({}, {"d": 16, "hidden": 32, "grad_clip": 0.05}),  # each member clipped by its own global norm
 ])
 def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, settings):
     specs = _specs(choices, {**SMALL, **settings})
