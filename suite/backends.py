@@ -24,7 +24,7 @@ from pathlib import Path
 from suite.grid import Cell, Grid
 from suite.registry import SuiteError
 from suite.results import headline
-from suite.rundir import RunDir, RunLocked, read_json, write_json
+from suite.rundir import RunDir, RunLocked, check_writable, read_json, writable_dir, write_json
 
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
 # The local backend's worker processes share the cores: one torch thread each, and OpenMP threads
@@ -87,7 +87,7 @@ def statuses(cells: list[Cell], root: str | Path) -> list[str]:
 def new_submission_dir(root: str | Path, grid_name: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     path = Path(root).resolve() / "grids" / grid_name / stamp
-    (path / "logs").mkdir(parents=True)
+    writable_dir(path / "logs")
     return path
 
 
@@ -196,6 +196,16 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
 # --- local backend ----------------------------------------------------------------------------------
 
 
+def check_local(root: str | Path, device: str) -> None:
+    """What would stop a local grid once it runs, checked before anything is printed or written:
+    a root that cannot be written, a device this machine lacks (else every worker fails on it)."""
+    check_writable(root)
+    if device not in ("auto", "cpu"):
+        from suite.train import resolve_device
+
+        resolve_device(device)
+
+
 def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, device: str, wandb: str,
               ensemble: int, compile: bool) -> int:
     """Run the chunks (seed groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
@@ -203,6 +213,7 @@ def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, 
     failed, 3 if stopped."""
     if workers < 1:
         raise SuiteError(f"--workers must be at least 1, got {workers}")
+    check_local(root, device)
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1,
                               ensemble=ensemble, compile=compile)

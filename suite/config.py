@@ -30,6 +30,12 @@ class TrainConfig:
             raise SuiteError(f"steps must be positive, got {self.steps}")
         if self.eval_every <= 0 or self.checkpoint_every <= 0 or self.eval_batch <= 0:
             raise SuiteError("eval_every, checkpoint_every and eval_batch must be positive")
+        if self.eval_every > self.steps:
+            raise SuiteError(f"eval_every ({self.eval_every}) is past the budget (steps {self.steps}): "
+                             "the run would only be evaluated at its start and end")
+        for name in ("memorization", "target"):
+            if not 0 < getattr(self, name) <= 1:
+                raise SuiteError(f"{name} is an accuracy in (0, 1], got {getattr(self, name)}")
         if self.loss not in LOSS_NAMES:
             raise SuiteError(f"unknown loss '{self.loss}'; known: {', '.join(LOSS_NAMES)}")
         if self.hessian_every is not None and self.hessian_every <= 0:

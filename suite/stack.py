@@ -30,7 +30,7 @@ from suite.hessian import hessian_measures
 from suite.measures import LOSSES, Milestones, evaluate, progress_measures
 from suite.registry import ALL, SuiteError
 from suite.results import TRAIN, git_commit, git_dirty
-from suite.rundir import RunDir, rng_states, set_rng_states, write_json
+from suite.rundir import RunDir, UnreadableFile, rng_states, set_rng_states, write_json
 from suite.spec import component_settings, spec_id
 
 
@@ -132,27 +132,19 @@ class Stack:
         """Lock the run dirs and restore every member to where its checkpoint stands. Returns
         the step to start from, or None (run dirs released) when some member finished meanwhile
         (another process) or the members stand at different steps (they were resumed apart)."""
-        states = []
-        for m, run_dir, tracker in zip(self.members, run_dirs, trackers):
-            m.run_dir, m.tracker = RunDir(run_dir), tracker
-            m.run_dir.lock()
-            states.append(None if m.run_dir.finished else m.run_dir.load_checkpoint(self.device))
-        steps = {int(s["step"]) if s else 0 for s in states}
-        if any(m.run_dir.finished for m in self.members) or len(steps) > 1:
-            for m in self.members:
-                m.run_dir.unlock()
+        try:
+            resumed = self._resume(run_dirs, trackers)
+        except SuiteError:  # a damaged file, or another process on a run dir: nothing written, all let go
+            self._unlock()
+            raise
+        if resumed is None:
+            self._unlock()
             return None
-        start = steps.pop()
-        if start:
-            self._restore(states)
-        for m, state in zip(self.members, states):
+        start, histories = resumed
+        for m, history in zip(self.members, histories):
             write_json(m.run_dir / "spec.json", m.spec)
-            if state is not None:
-                m.sampler.load_state_dict(state["sampler"])
-                m.generator.set_state(state["generator"].cpu())
-                m.wall_before = float(state["wall_s"])
+            if start:
                 print(f"resuming {m.run_dir.path} from step {start}", file=sys.stderr)
-            history = [r for r in m.run_dir.read_metrics() if r["step"] < start]  # replayed; the rest is redone
             m.milestones = Milestones(self.cfg.memorization, self.cfg.target)
             for record in history:
                 m.milestones.update(record)
@@ -161,10 +153,41 @@ class Stack:
             torch.stack([getattr(m.data, k) for m in self.live]) for k in ("x_train", "y_train", "x_val", "y_val"))
         return start
 
+    def _resume(self, run_dirs: list[Path], trackers: list) -> tuple[int, list[list[dict]]] | None:
+        """Lock the run dirs and read where they stand: the step to start from and each member's
+        metrics before it (to replay), the members restored to their checkpoints."""
+        states = []
+        for m, run_dir, tracker in zip(self.members, run_dirs, trackers):
+            m.run_dir, m.tracker = RunDir(run_dir), tracker
+            m.run_dir.lock()
+            states.append(None if m.run_dir.finished else m.run_dir.load_checkpoint(self.device))
+        steps = {int(s["step"]) if s else 0 for s in states}
+        if any(m.run_dir.finished for m in self.members) or len(steps) > 1:
+            return None
+        start = steps.pop()
+        histories = [[r for r in m.run_dir.read_metrics() if r["step"] < start] for m in self.members]
+        if start:
+            try:
+                self._restore(states)
+            except Exception as err:  # noqa: BLE001 - it was read, but it is not this run's: any failure says so
+                raise UnreadableFile(f"the checkpoint in {', '.join(str(m.run_dir.path) for m in self.members)} "
+                                     f"does not fit this run ({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); "
+                                     "delete it to run it again from step 0") from None
+        return start, histories
+
+    def _unlock(self) -> None:
+        for m in self.members:
+            if m.run_dir is not None:
+                m.run_dir.unlock()
+
     def _restore(self, states: list[dict]) -> None:
         self.model.load_member_state_dicts([s["model"] for s in states])
         self.optimizer.load_state_dict(self.model.join([s["optimizer"] for s in states]))
         self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
+        for m, state in zip(self.members, states):
+            m.sampler.load_state_dict(state["sampler"])
+            m.generator.set_state(state["generator"].cpu())
+            m.wall_before = float(state["wall_s"])
         set_rng_states(states[0], self.device)  # torch's global RNG, for anything that draws from it
 
     # --- train ------------------------------------------------------------------------------------

@@ -114,6 +114,10 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     (["--set", "lr"], "--set takes KEY=VALUE"),
     (["--opt", "adamlr", "--set", "embed=false"], "no token embedding"),
     (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+    (["--opt", "adamlr", "--set", "c=-1"], "c must be positive"),  # a negative embedding learning rate
+    (["--set", "lr=nan"], "lr takes a finite float"),
+    (["--set", "p=11", "--set", "train_frac=0.5"], "batch_size 512 is larger than the training set (60 examples)"),
+    (["--steps", "20"], "eval_every (50) is past the budget (steps 20)"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, message):
     proc = run_cli("run", *args, "--out", tmp_path / "run", cwd=tmp_path)

@@ -82,7 +82,8 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
 
 def test_run_flag_overrides_the_environment(tmp_path):
     env = {"WANDB_DIR": str(tmp_path), "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    args = ["--set", "p=11", "--set", "d=16", "--set", "hidden=32", "--steps", "20", "--set", "eval_every=10"]
+    args = ["--set", "p=11", "--set", "batch_size=16", "--set", "d=16", "--set", "hidden=32", "--steps", "20",
+            "--set", "eval_every=10"]
     proc = run_cli("run", *args, "--out", tmp_path / "off", env=env)
     assert proc.returncode == 0 and not (tmp_path / "wandb").exists()
     proc = run_cli("run", *args, "--wandb", "offline", "--out", tmp_path / "on", env=env)
