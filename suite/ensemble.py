@@ -122,13 +122,11 @@ class Ensemble(nn.Module):
 
     @torch.no_grad()
     def finite(self) -> list[bool]:
-        """Per member: are all its parameters finite?"""
-        if self.single is not None:
-            return [all(bool(torch.isfinite(p).all()) for p in self.single.parameters())]
-        ok = torch.ones(self.size, dtype=torch.bool, device=next(self.parameters()).device)
-        for name in self._names:
-            ok &= torch.isfinite(self.stacked(name)).flatten(1).all(1)
-        return ok.tolist()
+        """Per member: are all its parameters finite? One sum per tensor and member: a sum is finite
+        only if its terms are (or overflows near 1e38, which counts as diverged too)."""
+        per_member = [p.unsqueeze(0) if self.single is not None else p for p in self.parameters()]
+        total = sum(p.sum(dim=list(range(1, p.dim()))) if p.dim() > 1 else p for p in per_member)
+        return torch.isfinite(total).tolist()
 
     def member(self, i: int):
         """Member i, as much of a model as the progress measures read (its E and W)."""
