@@ -42,6 +42,8 @@ class GrokfastTransformer(nn.Module):
 
     def __init__(self, data: TaskData, *, d: int = 128, layers: int = 2, heads: int = 4):
         super().__init__()
+        if d < 1 or layers < 1 or heads < 1:
+            raise SuiteError(f"d, layers and heads must be positive, got d={d}, layers={layers}, heads={heads}")
         if d % heads:
             raise SuiteError(f"d={d} must be divisible by heads={heads}")
         seq_len = data.x_train.shape[1]

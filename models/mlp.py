@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suite import register_model
+from suite import SuiteError, register_model
 from suite.data import TaskData
 
 
@@ -25,6 +25,8 @@ class MLP(nn.Module):
 
     def __init__(self, data: TaskData, *, embed: bool = True, d: int = 128, hidden: int = 512):
         super().__init__()
+        if d < 1 or hidden < 1:
+            raise SuiteError(f"d and hidden must be positive, got d={d}, hidden={hidden}")
         self.vocab, seq_len = data.vocab_size, data.x_train.shape[1]
         self.image = data.kind == "image"
         self.embed = nn.Embedding(self.vocab, d) if embed and not self.image else None

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import torch
-import torchvision
 from torch import nn
 
 from suite import SuiteError, register_model
@@ -65,6 +64,8 @@ class ResNet18(nn.Module):
         channels, height, width = data.x_train.shape[1:]
         if channels not in (1, 3):
             raise SuiteError(f"resnet18 takes 1 (gray) or 3 (RGB) channel images, got {channels}")
+        import torchvision  # here, not at the top: it imports torch._dynamo, ~1.6 s of every run's start-up
+
         self.net = torchvision.models.resnet18(weights=None, num_classes=data.n_classes)
         if stem == "small" or (stem == "auto" and max(height, width) <= SMALL_IMAGE):
             self.net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)

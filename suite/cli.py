@@ -174,6 +174,8 @@ def cmd_grid(args) -> int:
                                      max_parallel=args.max_parallel, cells_per_task=args.cells_per_task,
                                      sbatch=args.sbatch)
         sbatch = None if args.dry_run else find_sbatch()
+    if args.backend == "local" and not args.dry_run:
+        backends.check_local(args.root, args.device)  # before the summary line: an error is the only line
     status = backends.statuses(g.cells, args.root)
     todo = [c for c, s in zip(g.cells, status) if s in backends.TO_RUN]
     summary = (f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
@@ -238,14 +240,14 @@ def cmd_export(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from suite.bench import Options, format_report, run_bench, write_report
+    from suite.bench import Options, format_report, run_bench
     from suite.train import resolve_device
 
     options = Options(steps=args.steps, ensembles=args.ensembles, skip=args.skip, quick=args.quick)
     device = resolve_device(args.device)  # every flag is checked before anything runs
-    report = run_bench(device, options)
+    report, path = run_bench(device, options, args.out)  # written as it goes: an interruption keeps what was measured
     print(format_report(report))
-    print(write_report(report, args.out))
+    print(path)
     return 0
 
 
@@ -351,7 +353,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="JSON report (default runs/bench/bench-<commit>-<UTC stamp>.json)")
     p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 600; quick 20)")
     p.add_argument("--ensembles", help="ensemble sizes K, comma-separated (default 1,8,32; quick 1,2)")
-    p.add_argument("--skip", default="", help="sections to skip, comma-separated: matmul,steps,ensembles,probe,compile")
+    p.add_argument("--skip", default="", help="sections to skip, comma-separated: matmul,plain,steps,ensembles,probe,compile")
     p.add_argument("--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)")
     p.set_defaults(func=cmd_bench)
 

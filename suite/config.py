@@ -24,15 +24,24 @@ class TrainConfig:
     checkpoint_every: int = 2_000
     hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
     keep_weights: bool = False  # the model's weights at memorization, grok step and end (suite/weights.py)
+    grad_clip: Optional[float] = None  # max global gradient norm per member (after the filter, before the optimizer)
 
     def __post_init__(self):
         if self.steps <= 0:
             raise SuiteError(f"steps must be positive, got {self.steps}")
         if self.eval_every <= 0 or self.checkpoint_every <= 0 or self.eval_batch <= 0:
             raise SuiteError("eval_every, checkpoint_every and eval_batch must be positive")
+        if self.eval_every > self.steps:
+            raise SuiteError(f"eval_every ({self.eval_every}) is past the budget (steps {self.steps}): "
+                             "the run would only be evaluated at its start and end")
+        for name in ("memorization", "target"):
+            if not 0 < getattr(self, name) <= 1:
+                raise SuiteError(f"{name} is an accuracy in (0, 1], got {getattr(self, name)}")
         if self.loss not in LOSS_NAMES:
             raise SuiteError(f"unknown loss '{self.loss}'; known: {', '.join(LOSS_NAMES)}")
         if self.hessian_every is not None and self.hessian_every <= 0:
             raise SuiteError(f"hessian_every must be positive (or None), got {self.hessian_every}")
         if self.warmup_steps < 0 or (self.patience is not None and self.patience < 0):
             raise SuiteError("warmup_steps and patience must be >= 0")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise SuiteError(f"grad_clip must be positive (or None), got {self.grad_clip}")

@@ -92,6 +92,22 @@ class Ensemble(nn.Module):
                 if g is not None and g.stride() != p.stride() and _outer_first(g).is_contiguous():
                     p.data = torch.empty_strided(p.shape, g.stride(), dtype=p.dtype, device=p.device).copy_(p)
 
+    @torch.no_grad()
+    def clip_grad_norms(self, max_norm: float) -> None:
+        """Scale each member's gradients so that their global norm, over all of its parameters, is
+        at most max_norm (torch.nn.utils.clip_grad_norm_'s rule, per member): a member clips
+        exactly as its separate run does."""
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:
+            return
+        per_member = [g.unsqueeze(0) if self.single is not None else g for g in grads]  # member axis first
+        # Both norms reduce along the last axis, one row per member: a row's sum then runs in the same
+        # order whatever K is (reducing along the first axis summed a K = 1 stack in another order).
+        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in per_member], dim=1)  # [K, params]
+        scale = (max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
+        for g in per_member:
+            g.mul_(scale.view(-1, *[1] * (g.dim() - 1)))
+
     @property
     def embedding_weight(self):
         if self.single is not None:
@@ -103,6 +119,14 @@ class Ensemble(nn.Module):
         if self.single is not None:
             return getattr(self.single, "coupled_weight", None)
         return self.stacked(self._coupled) if self._coupled else None
+
+    @torch.no_grad()
+    def finite(self) -> list[bool]:
+        """Per member: are all its parameters finite? One sum per tensor and member: a sum is finite
+        only if its terms are (or overflows near 1e38, which counts as diverged too)."""
+        per_member = [p.unsqueeze(0) if self.single is not None else p for p in self.parameters()]
+        total = sum(p.sum(dim=list(range(1, p.dim()))) if p.dim() > 1 else p for p in per_member)
+        return torch.isfinite(total).tolist()
 
     def member(self, i: int):
         """Member i, as much of a model as the progress measures read (its E and W)."""

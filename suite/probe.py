@@ -39,7 +39,7 @@ from threadpoolctl import threadpool_limits
 import suite
 from suite.rundir import RunDir, write_atomic, write_json
 from suite.spec import component_settings, spec_id
-from suite.results import git_commit
+from suite.results import git_commit, git_dirty
 from suite.spec import task_data
 
 METRICS = ("pca_ev", "pls_r2", "rho", "beta", "rho_within", "pls_rho", "pls_beta")
@@ -245,6 +245,7 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
         "threads": data.threads,
         "suite_version": suite.__version__,
         "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
         "torch_version": torch.__version__,
         "python": platform.python_version(),
     }

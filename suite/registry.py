@@ -16,6 +16,7 @@ import difflib
 import fnmatch
 import importlib
 import inspect
+import math
 import pkgutil
 import sys
 import types
@@ -110,7 +111,10 @@ def _coerce(tp, value, name):
         if tp is float:
             if isinstance(value, bool):
                 raise ValueError
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):  # no setting means anything at nan or inf
+                raise SuiteError(f"{name}={value!r}: {name} takes a finite float")
+            return number
         if tp is str:
             if not isinstance(value, str):
                 raise ValueError

@@ -22,14 +22,24 @@ def runner_of(result: dict) -> str:
     return TRAIN if isinstance(spec, dict) and "train" in spec else "probe"
 
 
-def git_commit() -> str | None:
-    """The suite checkout's commit, recorded in every result (None outside a git checkout)."""
+def _git(*args: str) -> subprocess.CompletedProcess | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True,
-                             timeout=5)
-        return out.stdout.strip() or None
+        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def git_commit() -> str | None:
+    """The suite checkout's commit, recorded in every result (None outside a git checkout)."""
+    out = _git("rev-parse", "HEAD")
+    return (out.stdout.strip() or None) if out else None
+
+
+def git_dirty() -> bool | None:
+    """Whether the checkout has uncommitted changes to tracked files (then a result describes more
+    than its commit); None outside a git checkout."""
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return bool(out.stdout.strip()) if out and out.returncode == 0 else None
 
 
 def headline(result: dict) -> str:
@@ -47,7 +57,10 @@ def summary(result: dict, who: str = "") -> str | None:
     if runner_of(result) != TRAIN:
         return None
     shared = result.get("ensemble_size", 1)
+    val = result["final_val_acc"]
     return (who + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}  "
-            f"delay {result['delay']}  final val_acc {result['final_val_acc']:.4f}  "
+            f"delay {result['delay']}  final val_acc {'-' if val is None else f'{val:.4f}'}  "
             f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}"
-            + (f" (its share of an ensemble of {shared})" if shared > 1 else ""))
+            + (f" (its share of an ensemble of {shared})" if shared > 1 else "")
+            + ("  DIVERGED: loss or parameters not finite; final values are the last finite evaluation's"
+               if result.get("stop_reason") == "diverged" else ""))

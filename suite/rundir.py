@@ -30,6 +30,10 @@ class RunLocked(SuiteError):
     """Another process holds this run dir."""
 
 
+class UnreadableFile(SuiteError, ValueError):
+    """A file the suite wrote, found damaged (truncated, emptied, edited): bad input, one line."""
+
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -54,7 +58,28 @@ def write_json(path: Path, obj) -> None:
 
 
 def read_json(path: Path):
-    return json.loads(Path(path).read_text())
+    try:
+        return json.loads(Path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UnreadableFile(f"{path} is not valid JSON ({err}); delete it if it is damaged") from None
+
+
+def check_writable(path: Path) -> None:
+    """Raise SuiteError unless path is a writable directory or could be made one; creates nothing."""
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:  # exists() is False under a file, too
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise SuiteError(f"cannot write to {path}: {existing} is {'not a directory' if not existing.is_dir() else 'read-only'}")
+
+
+def writable_dir(path: Path) -> Path:
+    """Create the directory path (and its parents), or raise SuiteError saying why it cannot be."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
+    return Path(path)
 
 
 class RunDir:
@@ -67,7 +92,13 @@ class RunDir:
 
     @property
     def finished(self) -> bool:
-        return (self.path / "result.json").exists()
+        """result.json is there (written last). One that cannot be read is an error, not "done"."""
+        path = self.path / "result.json"
+        if not path.exists():
+            return False
+        if not isinstance(read_json(path), dict):
+            raise UnreadableFile(f"{path} is not a result (a JSON object); delete it to run the cell again")
+        return True
 
     def lock(self, tries: int = 20) -> None:
         """Hold an exclusive lock for the life of this process (released by the OS on exit).
@@ -75,8 +106,11 @@ class RunDir:
         A few retries: `is_locked` (status) holds the lock for an instant, and must not make a
         run that starts at that moment believe somebody else is on it.
         """
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.path / ".lock", "a")
+        writable_dir(self.path)
+        try:
+            self._lock = open(self.path / ".lock", "a")
+        except OSError as err:
+            raise SuiteError(f"cannot write to {self.path}: {err.strerror or err}") from None
         for _ in range(tries):
             try:
                 fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -95,7 +129,7 @@ class RunDir:
         """True while some process runs here (what `status` calls running)."""
         try:
             f = open(self.path / ".lock", "r")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no run here (yet)
             return False
         with f:
             try:
@@ -150,7 +184,8 @@ class RunDir:
                 records.append(json.loads(line))
             except ValueError:
                 if i < len(lines) - 1:
-                    raise
+                    raise UnreadableFile(f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
+                                         "(delete the run dir to run it again)") from None
                 # a process killed mid-write leaves a torn last line; resuming rewrites it
         return records
 
@@ -173,10 +208,11 @@ class RunDir:
         write_atomic(current, buf.getvalue())
 
     def load_checkpoint(self, device) -> dict | None:
-        """The newest readable checkpoint, or None. weights_only: nothing arbitrary is unpickled."""
+        """The newest readable checkpoint, or None if there is none; UnreadableFile if none of them
+        can be read. weights_only: nothing arbitrary is unpickled."""
         import torch
 
-        unreadable = []
+        unreadable = {}  # name -> (error type, its first line)
         for name in (CHECKPOINT, PREVIOUS):
             path = self.path / name
             if not path.exists():
@@ -184,17 +220,16 @@ class RunDir:
             try:
                 state = torch.load(path, map_location=device, weights_only=True)
             except Exception as err:  # truncated or corrupted file
-                first_line = (str(err).splitlines() or [""])[0][:200]
-                print(f"warning: checkpoint {path} is unreadable ({type(err).__name__}: {first_line})",
-                      file=sys.stderr)
-                unreadable.append(name)
+                unreadable[name] = (type(err).__name__, (str(err).splitlines() or [""])[0][:200])
                 continue
-            if unreadable:
-                print(f"warning: resuming from the last good checkpoint, {path} (step {state.get('step')})",
-                      file=sys.stderr)
+            for bad, (kind, line) in unreadable.items():
+                print(f"warning: checkpoint {self.path / bad} is unreadable ({kind}: {line}); resuming from the last "
+                      f"good checkpoint, {path} (step {state.get('step')})", file=sys.stderr)
             return state
-        if unreadable:
-            print(f"warning: no readable checkpoint in {self.path}; starting again from step 0", file=sys.stderr)
+        if unreadable:  # starting again would overwrite its metrics: the user decides
+            why = ", ".join(f"{name}: {kind}" for name, (kind, _) in unreadable.items())
+            raise UnreadableFile(f"no readable checkpoint in {self.path} ({why}); delete {' and '.join(unreadable)} "
+                                 "to run it again from step 0")
         return None
 
     def drop_checkpoints(self) -> None:

@@ -10,6 +10,8 @@ evaluate, checkpoint, let stopped members go and finish; each of those is one me
 from __future__ import annotations
 
 import json
+import math
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -28,8 +30,8 @@ from suite.ensemble import Ensemble
 from suite.hessian import hessian_measures
 from suite.measures import LOSSES, Milestones, evaluate, progress_measures
 from suite.registry import ALL, SuiteError
-from suite.results import TRAIN, git_commit
-from suite.rundir import RunDir, rng_states, set_rng_states, write_json
+from suite.results import TRAIN, git_commit, git_dirty
+from suite.rundir import RunDir, UnreadableFile, rng_states, set_rng_states, write_json
 from suite.spec import component_settings, spec_id, task_data
 
 
@@ -47,7 +49,8 @@ class Member:
     metrics_file: TextIO | None = None  # the open metrics.jsonl
     record: dict | None = None  # the last evaluation
     wall_before: float = 0.0  # this member's share of the wall time before a resume
-    result: dict | None = None  # set once it stops (target held, or the budget)
+    result: dict | None = None  # set once it stops (target held, diverged, or the budget)
+    diverged: bool = False  # its loss or parameters stopped being finite
     notes: list[str] = field(default_factory=list)
 
 
@@ -119,27 +122,19 @@ class Stack:
         """Lock the run dirs and restore every member to where its checkpoint stands. Returns
         the step to start from, or None (run dirs released) when some member finished meanwhile
         (another process) or the members stand at different steps (they were resumed apart)."""
-        states = []
-        for m, run_dir, tracker in zip(self.members, run_dirs, trackers):
-            m.run_dir, m.tracker = RunDir(run_dir), tracker
-            m.run_dir.lock()
-            states.append(None if m.run_dir.finished else m.run_dir.load_checkpoint(self.device))
-        steps = {int(s["step"]) if s else 0 for s in states}
-        if any(m.run_dir.finished for m in self.members) or len(steps) > 1:
-            for m in self.members:
-                m.run_dir.unlock()
+        try:
+            resumed = self._resume(run_dirs, trackers)
+        except SuiteError:  # a damaged file, or another process on a run dir: nothing written, all let go
+            self._unlock()
+            raise
+        if resumed is None:
+            self._unlock()
             return None
-        start = steps.pop()
-        if start:
-            self._restore(states)
-        for m, state in zip(self.members, states):
+        start, histories = resumed
+        for m, history in zip(self.members, histories):
             write_json(m.run_dir / "spec.json", m.spec)
-            if state is not None:
-                m.sampler.load_state_dict(state["sampler"])
-                m.generator.set_state(state["generator"].cpu())
-                m.wall_before = float(state["wall_s"])
+            if start:
                 print(f"resuming {m.run_dir.path} from step {start}", file=sys.stderr)
-            history = [r for r in m.run_dir.read_metrics() if r["step"] < start]  # replayed; the rest is redone
             m.milestones = Milestones(self.cfg.memorization, self.cfg.target)
             for record in history:
                 m.milestones.update(record)
@@ -148,10 +143,41 @@ class Stack:
             torch.stack([getattr(m.data, k) for m in self.live]) for k in ("x_train", "y_train", "x_val", "y_val"))
         return start
 
+    def _resume(self, run_dirs: list[Path], trackers: list) -> tuple[int, list[list[dict]]] | None:
+        """Lock the run dirs and read where they stand: the step to start from and each member's
+        metrics before it (to replay), the members restored to their checkpoints."""
+        states = []
+        for m, run_dir, tracker in zip(self.members, run_dirs, trackers):
+            m.run_dir, m.tracker = RunDir(run_dir), tracker
+            m.run_dir.lock()
+            states.append(None if m.run_dir.finished else m.run_dir.load_checkpoint(self.device))
+        steps = {int(s["step"]) if s else 0 for s in states}
+        if any(m.run_dir.finished for m in self.members) or len(steps) > 1:
+            return None
+        start = steps.pop()
+        histories = [[r for r in m.run_dir.read_metrics() if r["step"] < start] for m in self.members]
+        if start:
+            try:
+                self._restore(states)
+            except Exception as err:  # noqa: BLE001 - it was read, but it is not this run's: any failure says so
+                raise UnreadableFile(f"the checkpoint in {', '.join(str(m.run_dir.path) for m in self.members)} "
+                                     f"does not fit this run ({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); "
+                                     "delete it to run it again from step 0") from None
+        return start, histories
+
+    def _unlock(self) -> None:
+        for m in self.members:
+            if m.run_dir is not None:
+                m.run_dir.unlock()
+
     def _restore(self, states: list[dict]) -> None:
         self.model.load_member_state_dicts([s["model"] for s in states])
         self.optimizer.load_state_dict(self.model.join([s["optimizer"] for s in states]))
         self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
+        for m, state in zip(self.members, states):
+            m.sampler.load_state_dict(state["sampler"])
+            m.generator.set_state(state["generator"].cpu())
+            m.wall_before = float(state["wall_s"])
         set_rng_states(states[0], self.device)  # torch's global RNG, for anything that draws from it
 
     # --- train ------------------------------------------------------------------------------------
@@ -170,19 +196,27 @@ class Stack:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.grad_filter.apply()
+        if self.cfg.grad_clip is not None:
+            self.model.clip_grad_norms(self.cfg.grad_clip)
         self.optimizer.step()
 
     # --- evaluate, record, stop -------------------------------------------------------------------
 
     def evaluate(self, step: int) -> None:
         """Evaluate every live member on its whole train and val sets and record it (metrics.jsonl,
-        tracker, milestones); the milestones reached go to each member's notes."""
+        tracker, milestones); the milestones reached go to each member's notes. A member whose loss
+        or parameters are no longer finite is marked diverged instead, and records nothing."""
         cfg = self.cfg
         self.model.eval()
         train_loss, train_correct = evaluate(self.model, self.x_train, self.y_train, self.loss_fn, cfg.eval_batch)
         val_loss, val_correct = evaluate(self.model, self.x_val, self.y_val, self.loss_fn, cfg.eval_batch)
         self.model.train()
+        finite = self.model.finite()
         for i, m in enumerate(self.live):
+            if not (finite[i] and math.isfinite(train_loss[i]) and math.isfinite(val_loss[i])):
+                m.diverged = True
+                m.notes.append("diverged")
+                continue
             record = {"step": step, "train_loss": train_loss[i], "train_acc": train_correct[i].float().mean().item(),
                       "val_loss": val_loss[i], "val_acc": val_correct[i].float().mean().item()}
             for name, mask in m.data.val_groups.items():
@@ -197,9 +231,14 @@ class Stack:
                     if reached == step:
                         weights.save(m.run_dir.path, moment, self.model.member_state_dicts()[i], step)
 
-    def target_held(self, m: Member, step: int) -> bool:
-        return self.cfg.patience is not None and m.milestones.held_since is not None \
-            and step - m.milestones.held_since >= self.cfg.patience
+    def stop_reason(self, m: Member, step: int) -> str | None:
+        """Why m stops at this evaluation ("diverged", "target held"), or None."""
+        if m.diverged:
+            return "diverged"
+        if self.cfg.patience is not None and m.milestones.held_since is not None \
+                and step - m.milestones.held_since >= self.cfg.patience:
+            return "target held"
+        return None
 
     def leave(self) -> None:
         """Members that stopped leave the stack; the rest go on in a smaller one, each with its
@@ -238,9 +277,9 @@ class Stack:
             m.run_dir.unlock()
 
     def finish(self, m: Member, step: int, stop_reason: str, wall: float, how: dict) -> None:
-        """Write m's result.json (its last evaluation, milestones, provenance) and close its run dir."""
+        """Write m's result.json (its last finite evaluation, milestones, provenance) and close its run dir."""
         m.metrics_file.close()
-        record = m.record
+        record = m.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
         m.result = {
             "spec": m.spec,
             "run_id": spec_id(m.spec),
@@ -262,7 +301,7 @@ class Stack:
             "torch_version": torch.__version__,
             "python": platform.python_version(),
         }
-        if self.cfg.keep_weights:  # before result.json: a finished run has its weights
+        if self.cfg.keep_weights and not m.diverged:  # before result.json: a finished run has its weights
             weights.save(m.run_dir.path, "final", self.model.member_state_dicts()[self.live.index(m)], step)
         write_json(m.run_dir / "result.json", m.result)
         if m.tracker is not None:
@@ -272,8 +311,11 @@ class Stack:
 
 
 def provenance(size: int, device: torch.device, compile: bool) -> dict:
-    """How a result was made, recorded in it."""
-    return {"ensemble_size": size, "device": str(device), "compiled": compile, "git_commit": git_commit()}
+    """How a result was made, recorded in it. Threads change the rounding on CPU (README, "Many seeds at
+    once") and the wait policy the speed, so both are recorded beside the commit."""
+    return {"ensemble_size": size, "device": str(device), "compiled": compile, "git_commit": git_commit(),
+            "git_dirty": git_dirty(), "threads": torch.get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def _record(m: Member, record: dict) -> None:

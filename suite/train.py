@@ -78,9 +78,9 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 stack.evaluate(step)
                 for m in stack.live:
-                    if stack.target_held(m, step):
-                        stack.finish(m, step, "target held", m.wall_before + clock.now(), how)
-                progress.update(step, _summary([m.record for m in stack.members]), _notes(stack.live, K))
+                    if reason := stack.stop_reason(m, step):
+                        stack.finish(m, step, reason, m.wall_before + clock.now(), how)
+                progress.update(step, _summary([m.record for m in stack.members if m.record]), _notes(stack.live, K))
                 stack.leave()
                 if not stack.live:
                     break
@@ -173,8 +173,8 @@ def _notes(live, K: int) -> str:
     return " ".join(notes)
 
 
-def _summary(records: list[dict]) -> dict:
-    """What the progress line shows: one member's record, or the members' means."""
-    if len(records) == 1:
-        return records[0]
+def _summary(records: list[dict]) -> dict | None:
+    """What the progress line shows: one member's record, or the members' means (None before any)."""
+    if len(records) <= 1:
+        return records[0] if records else None
     return {k: sum(r[k] for r in records) / len(records) for k in ("train_acc", "val_acc", "val_loss")}

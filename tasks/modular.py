@@ -145,6 +145,10 @@ def modular(
         raise SuiteError(f"test_frac + train_frac must be <= 1, got {test_frac} + {train_frac}")
     if split in ("rec", "str") and not 0 <= k < p - 1:
         raise SuiteError(f"k must be in [0, {p - 2}] for split '{split}', got {k}")
+    if split == "skewed" and not zipf_s >= 0:
+        raise SuiteError(f"zipf_s must be >= 0 (large a rarer), got {zipf_s}")
+    if data_seed is not None and data_seed < 0:
+        raise SuiteError(f"data_seed must be >= 0 (or None: the run's seed), got {data_seed}")
 
     g = torch.Generator().manual_seed(seed if data_seed is None else data_seed)
     a, b = torch.cartesian_prod(torch.arange(p), torch.arange(1 if op == "div" or nonzero_b else 0, p)).T

@@ -112,6 +112,8 @@ def polygons(seed: int, *, resolution: int = 32, train_frac: float = 0.25, n_val
         raise SuiteError(f"resolution must be in [8, 1024] px, got {resolution}")
     if not 0 < train_frac < 1:
         raise SuiteError(f"train_frac must be in (0, 1), got {train_frac}")
+    if data_seed is not None and data_seed < 0:
+        raise SuiteError(f"data_seed must be >= 0 (or None: the run's seed), got {data_seed}")
     cells = all_cells()
     total = len(cells)
     n_train = int(train_frac * total)  # 0.25 -> 3,660 as in the paper

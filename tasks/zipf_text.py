@@ -138,6 +138,8 @@ def zipf_text(
         raise SuiteError(f"need vocab >= 2, context >= 1 and n_examples >= 2; got {vocab}, {context}, {n_examples}")
     if not 0 < train_frac < 1:
         raise SuiteError(f"train_frac must be in (0, 1), got {train_frac}")
+    if data_seed is not None and data_seed < 0:
+        raise SuiteError(f"data_seed must be >= 0 (or None: the run's seed), got {data_seed}")
     words = corpus_words(files)
     counts = Counter(words)
     if len(counts) < vocab:

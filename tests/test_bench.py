@@ -6,6 +6,8 @@ import math
 import pytest
 
 from conftest import run_cli
+from suite import bench
+from suite.cli import main
 
 
 def numbers(tree):
@@ -34,7 +36,7 @@ def test_report_has_every_section_and_the_machine(quick):
     for key in ("commit", "torch_version", "device", "threads", "hostname", "date", "units", "bench_wall_s"):
         assert key in report
     assert report["device"] == "cpu" and report["threads"] == 1  # run_cli sets OMP_NUM_THREADS=1
-    assert {"matmul", "steps", "ensembles", "targets"} <= set(report)
+    assert {"matmul", "plain", "steps", "ensembles", "targets"} <= set(report) and report["complete"] is True
     assert "probe" not in report and "compile" not in report and report["skipped"] == ["compile", "probe"]
     assert set(report["steps"]["cells"]) == {"mlp_batch512", "mlp_full", "transformer_batch512", "transformer_full"}
     assert set(report["ensembles"]["sizes"]) == {"1", "2"}
@@ -57,10 +59,10 @@ def test_figures_are_consistent(quick):
         assert cell["overhead_ratio"] == pytest.approx(cell["whole_step_s"] / cell["pure_step_s"], rel=1e-12)
         assert cell["whole_step_s"] == pytest.approx(cell["whole_wall_s"] / cell["whole_steps"], rel=1e-12)
         assert cell["whole_steps"] == 20, name  # the loop ran its whole budget: no early stop
-    # At p = 11 the 36 training pairs are fewer than 512: both samplers give the same batch, same FLOPs.
+    # At p = 43 the split trains on 555 pairs: batch 512 and full batch, FLOPs in proportion.
     cells = report["steps"]["cells"]
-    assert cells["mlp_batch512"]["batch"] == cells["mlp_full"]["batch"] == 36
-    assert cells["mlp_batch512"]["flop"] == cells["mlp_full"]["flop"]
+    assert (cells["mlp_batch512"]["batch"], cells["mlp_full"]["batch"]) == (512, 555)
+    assert cells["mlp_full"]["flop"] == pytest.approx(cells["mlp_batch512"]["flop"] * 555 / 512, rel=1e-9)
     assert cells["transformer_full"]["flop"] > 0
 
     ens = report["ensembles"]
@@ -75,6 +77,19 @@ def test_figures_are_consistent(quick):
         assert row["speedup"] == pytest.approx(single["wall_s"] * k / row["wall_s"], rel=1e-12)
 
 
+def test_the_suite_and_the_plain_loop_run_side_by_side(quick):
+    proc, report, _ = quick
+    plain = report["plain"]
+    assert (plain["p"], plain["steps"], plain["eval_every"], plain["repeats"]) == (43, 20, 20, 1)
+    for key in ("suite_wall_s", "plain_wall_s", "suite_loop_s", "plain_loop_s"):
+        assert len(plain[key]) == 1 and all(0 < t < 600 for t in plain[key]), key
+    assert plain["ratio"] == pytest.approx(min(plain["suite_wall_s"]) / min(plain["plain_wall_s"]), rel=1e-12)
+    assert plain["loop_ratio"] == pytest.approx(min(plain["suite_loop_s"]) / min(plain["plain_loop_s"]), rel=1e-12)
+    assert plain["suite_wall_s"][0] > plain["suite_loop_s"][0] and plain["plain_wall_s"][0] > plain["plain_loop_s"][0]
+    assert set(plain["final_val_acc"]) == {"suite", "plain"}
+    assert "a single run vs a plain PyTorch loop" in proc.stdout
+
+
 def test_targets_are_judged_from_the_figures(quick):
     _, report, _ = quick
     targets = {t["target"]: t for t in report["targets"]}
@@ -83,12 +98,14 @@ def test_targets_are_judged_from_the_figures(quick):
     assert full["pass"] == (full["value"] >= 0.6) and full["margin"] == pytest.approx(full["value"] - 0.6)
     overheads = [t for name, t in targets.items() if "overhead" in name]
     assert len(overheads) == 2 and all(t["pass"] == (t["value"] <= 1.3) for t in overheads)
+    (plain,) = [t for name, t in targets.items() if "plain PyTorch loop" in name]
+    assert plain["value"] == report["plain"]["ratio"] and plain["pass"] == (plain["value"] <= 1.05)
     assert not any("K = 32" in name for name in targets)  # not measured in quick mode: not judged
 
 
 def test_skipped_limit_leaves_no_fraction(tmp_path):
     out = tmp_path / "b.json"
-    proc = run_cli("bench", "--quick", "--skip", "matmul,ensembles", "--steps", "5", "--out", out)
+    proc = run_cli("bench", "--quick", "--skip", "matmul,plain,ensembles", "--steps", "5", "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert "matmul" not in report and "ensembles" not in report
@@ -104,3 +121,42 @@ def test_bad_flags_one_line_exit_2_nothing_written(tmp_path, flags):
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error:")
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_section_that_cannot_run_is_left_out_with_one_line_before_anything_is_timed(tmp_path, capsys, monkeypatch):
+    events = []
+    monkeypatch.setattr(bench, "PROBE_NEEDS", (("no_such_package_here", "pip install it"),))
+    monkeypatch.setattr(bench, "log", lambda message: events.append(message))
+    monkeypatch.setattr(bench, "matmul_rates", lambda *args: events.append("timing") or {"64": 1e9})
+    out = tmp_path / "b.json"
+    assert main(["bench", "--skip", "plain,steps,ensembles,compile", "--out", str(out)]) == 0
+    assert events[0] == "skipping probe: needs no_such_package_here (pip install it)" and "timing" in events[1:]
+    report = json.loads(out.read_text())
+    assert report["unavailable"] == {"probe": "needs no_such_package_here (pip install it)"} and "probe" not in report
+    assert "probe: not run here, it needs no_such_package_here" in capsys.readouterr().out
+
+
+def test_an_interrupted_bench_keeps_the_sections_it_finished(tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "ensemble_section", interrupted)
+    out = tmp_path / "b.json"
+    with pytest.raises(KeyboardInterrupt):
+        main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and "ensembles" not in report
+    assert len(report["matmul"]["passes_flop_per_s"]) == 1  # the pass at the start, measured before the interruption
+
+
+def test_a_section_that_fails_records_its_error_and_the_rest_go_on(tmp_path, capsys, monkeypatch):
+    def failing(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(bench, "ensemble_section", failing)
+    out = tmp_path / "b.json"
+    assert main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["ensembles"] == {"error": "RuntimeError: boom"} and report["complete"] is True
+    assert len(report["matmul"]["passes_flop_per_s"]) == 2  # the end pass ran after the failure
+    assert "ensembles: failed: RuntimeError: boom" in capsys.readouterr().out

@@ -113,7 +113,8 @@ def test_a_module_that_fails_to_import_costs_one_warning_and_the_rest_work(tmp_p
     assert proc.stderr.strip().splitlines() == [
         "warning: skipped entry point broken (outside_pkg): ModuleNotFoundError: No module named 'no_such_dependency_here'"]
     assert re.search(r"^  adam\s", proc.stdout, re.M)
-    run = run_cli("run", "--steps", "10", "--set", "p=11", "--set", "eval_every=5", "--out", tmp_path / "run", env=env)
+    run = run_cli("run", "--steps", "10", "--set", "p=11", "--set", "batch_size=16", "--set", "eval_every=5",
+                  "--out", tmp_path / "run", env=env)
     assert run.returncode == 0, run.stderr
 
 

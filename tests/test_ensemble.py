@@ -49,6 +49,7 @@ def _same_result(a: dict, b: dict) -> bool:
     ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
     ({"opt": "adamlr", "filter": "grokfast_ma", "sampler": "epoch"}, {"d": 16, "hidden": 32, "window": 5}),
     ({"opt": "sgd", "filter": "grokfast_ema", "sampler": "frequency"}, {"d": 16, "hidden": 32}),
+    ({}, {"d": 16, "hidden": 32, "grad_clip": 0.05}),  # each member clipped by its own global norm
 ])
 def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, settings):
     specs = _specs(choices, {**SMALL, **settings})
@@ -148,7 +149,8 @@ def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layou
 
 
 def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
-    args = ["run", "--root", tmp_path, "--set", "p=11", "--set", "train.steps=20", "--set", "d=8", "--set", "hidden=16"]
+    args = ["run", "--root", tmp_path, "--set", "p=11", "--set", "batch_size=16", "--set", "train.steps=20",
+            "--set", "eval_every=10", "--set", "d=8", "--set", "hidden=16"]
     out = run_cli(*args, "--seeds", "0-1,4")
     assert out.returncode == 0, out.stderr
     paths = [Path(line) for line in out.stdout.splitlines()]
@@ -183,7 +185,7 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
 
 
 def test_compile_trains_the_same_cell_to_float_rounding_and_is_recorded(tmp_path):
-    args = ["run", "--set", "p=11", "--set", "train.steps=20", "--set", "eval_every=10", "--set", "d=8",
+    args = ["run", "--set", "p=11", "--set", "batch_size=16", "--set", "train.steps=20", "--set", "eval_every=10", "--set", "d=8",
             "--set", "hidden=16", "--seeds", "0-1"]
     eager, compiled = (run_cli(*args, "--root", tmp_path / name, *flag) for name, flag in (("e", []), ("c", ["--compile"])))
     assert eager.returncode == 0 and compiled.returncode == 0, compiled.stderr

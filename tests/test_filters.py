@@ -99,7 +99,7 @@ def _metrics(run_dir):
     ({"filter": "grokfast_ema", "opt": "adamlr", "sampler": "epoch"}, {"sampler.batch_size": 10}),
 ])
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
-    spec = resolve(choices, {"p": 11, "train.steps": 60, "train.eval_every": 10, "patience": None,
+    spec = resolve(choices, {"p": 11, "batch_size": 16, "train.steps": 60, "train.eval_every": 10, "patience": None,
                              "model.d": 8, "model.hidden": 16, **settings})
     whole = train([spec], [tmp_path / "whole"], torch.device("cpu"))[0]
     with pytest.raises(Preempted):  # stops (with a checkpoint) right after the update of step 30

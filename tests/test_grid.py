@@ -163,11 +163,14 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert main(["grid", str(grid), "--dry-run", "--root", str(root)]) == 0
     assert capsys.readouterr().out.split() == [str(dirs[0].path), "[opt=adam]", str(dirs[1].path), "[opt=sgd]"]
 
-    proc = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", root)
+    # Workers share the cores: one thread each, waiting passively, whatever the caller's environment says.
+    proc = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", root,
+                   env={"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "ACTIVE"})
     assert proc.returncode == 0, proc.stderr
     assert "2 cells, 0 done, 0 running, 2 to run" in proc.stderr and proc.stderr.count("] done ") == 2
     assert all(d.status() == "done" for d in dirs)
     results = [json.loads((d / "result.json").read_text()) for d in dirs]
+    assert all(r["threads"] == 1 and r["omp_wait_policy"] == "PASSIVE" for r in results)
     assert [r["spec"] for r in results] == [canonical(c.spec) for c in cells]
     stamp = (dirs[0] / "result.json").stat().st_mtime_ns
 
@@ -183,7 +186,7 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert "2 cells, 1 done, 0 running, 1 to run" in proc.stderr
     assert all(d.status() == "done" for d in dirs) and not (dirs[1] / "error.json").exists()
     assert (dirs[0] / "result.json").stat().st_mtime_ns == stamp
-    timing = {"wall_s", "steps_per_s", "git_commit"}  # how long, and which commit: not what
+    timing = {"wall_s", "steps_per_s", "git_commit", "git_dirty"}  # how long, and which commit: not what
     again = json.loads((dirs[1] / "result.json").read_text())
     assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in results[1].items() if k not in timing}
 

@@ -50,7 +50,7 @@ def test_recovers_the_top_eigenvalue_of_a_known_quadratic():
 
 
 def test_matches_the_full_hessian_of_a_tiny_network():
-    spec = resolve(settings={"p": 5, "model.d": 2, "model.hidden": 3})
+    spec = resolve(settings={"p": 5, "batch_size": 8, "model.d": 2, "model.hidden": 3})
     b = build_one(spec)
     model, data = b.model, b.data
     W = model.coupled_weight
@@ -66,7 +66,7 @@ def test_matches_the_full_hessian_of_a_tiny_network():
 
 
 def test_every_k_evaluations_without_changing_the_run(tmp_path):
-    settings = {"p": 11, "train.steps": 40, "train.eval_every": 10, "model.d": 8, "model.hidden": 16}
+    settings = {"p": 11, "batch_size": 16, "train.steps": 40, "train.eval_every": 10, "model.d": 8, "model.hidden": 16}
     (plain,) = train([resolve(settings=settings)], [tmp_path / "plain"], torch.device("cpu"))
     (measured,) = train([resolve(settings={**settings, "hessian_every": 2})], [tmp_path / "measured"], torch.device("cpu"))
     records = [json.loads(line) for line in (tmp_path / "measured" / "metrics.jsonl").read_text().splitlines()]

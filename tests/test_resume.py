@@ -83,20 +83,26 @@ def preempted(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["newest", "both"])
-def test_corrupt_checkpoint_is_reported_and_the_run_restarts_from_the_last_good_state(tmp_path, reference, damage):
+def test_corrupt_checkpoint_is_reported_and_the_run_restarts_from_the_last_good_state_or_is_refused(tmp_path, reference,
+                                                                                                    damage):
     out = preempted(tmp_path)
     good = torch.load(out / "checkpoint.prev.pt", weights_only=True)["step"]
     data = (out / "checkpoint.pt").read_bytes()
     (out / "checkpoint.pt").write_bytes(data[: len(data) // 2])  # truncated, as by a full disk
     if damage == "both":
         (out / "checkpoint.prev.pt").write_bytes(b"\x00garbage" * 100)
+        before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"}
+        refused = run_cli("run", *LONG, "--out", out)  # starting again would overwrite its metrics: the user decides
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert refused.stderr.startswith(f"error: no readable checkpoint in {out}") and "delete checkpoint.pt" in refused.stderr
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"} == before  # nothing written
+        for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+            (out / name).unlink()
     resumed = run_cli("run", *LONG, "--out", out)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"checkpoint {out / 'checkpoint.pt'} is unreadable" in resumed.stderr
     if damage == "newest":
+        assert f"checkpoint {out / 'checkpoint.pt'} is unreadable" in resumed.stderr
         assert "resuming from the last good checkpoint" in resumed.stderr and f"from step {good}" in resumed.stderr
-    else:
-        assert "no readable checkpoint" in resumed.stderr and "starting again from step 0" in resumed.stderr
     assert_same_run(out, reference)
 
 

@@ -3,6 +3,7 @@
 import json
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,30 @@ def test_run_writes_spec_metrics_and_result(tmp_path):
     assert result["spec"] == spec and result["steps"] == 60 and result["device"] == "cpu"
     assert result["final_val_acc"] == lines[-1]["val_acc"]
     assert not (out / "checkpoint.pt").exists()
+
+
+def test_result_records_the_commit_and_whether_the_checkout_had_uncommitted_changes(tmp_path, monkeypatch, tiny):
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+
+    def git(*args):
+        return subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "tracked.py").write_text("a = 1\n")
+    git("add", "tracked.py")
+    git("commit", "-qm", "first")
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))  # git then reads this checkout, wherever it runs
+    monkeypatch.setenv("GIT_WORK_TREE", str(repo))
+    (repo / "untracked.txt").write_text("run outputs and notes do not count")
+    spec = resolve({}, tiny)
+    (clean,) = train([spec], [tmp_path / "clean"], torch.device("cpu"))
+    (repo / "tracked.py").write_text("a = 2\n")
+    (dirty,) = train([spec], [tmp_path / "dirty"], torch.device("cpu"))
+    assert clean["git_commit"] == dirty["git_commit"] == git("rev-parse", "HEAD")
+    assert clean["git_dirty"] is False and dirty["git_dirty"] is True
+    assert clean["threads"] == torch.get_num_threads()
 
 
 def test_default_run_dir_and_finished_spec_is_skipped(tmp_path):
@@ -89,6 +114,10 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     (["--set", "lr"], "--set takes KEY=VALUE"),
     (["--opt", "adamlr", "--set", "embed=false"], "no token embedding"),
     (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+    (["--opt", "adamlr", "--set", "c=-1"], "c must be positive"),  # a negative embedding learning rate
+    (["--set", "lr=nan"], "lr takes a finite float"),
+    (["--set", "p=11", "--set", "train_frac=0.5"], "batch_size 512 is larger than the training set (60 examples)"),
+    (["--steps", "20"], "eval_every (50) is past the budget (steps 20)"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, message):
     proc = run_cli("run", *args, "--out", tmp_path / "run", cwd=tmp_path)

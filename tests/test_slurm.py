@@ -44,6 +44,7 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
         "--requeue", "--signal=B:USR1@120", "--partition=gpu", "--time=2:00:00", "--gpus=a100:1",
         "--cpus-per-task=4", "--mem=16G", "--account=grok", "--constraint=a100", "--qos=low"]
     assert "-m suite chunk" in script and 'scontrol requeue "$task"' in script
+    assert script.index("export OMP_WAIT_POLICY=PASSIVE") < script.index("-m suite chunk")  # tasks may share cores
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
     assert not root.exists()
 

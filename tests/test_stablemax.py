@@ -54,7 +54,7 @@ def test_is_a_train_loss_setting():
 
 
 def test_a_short_run_trains_with_it(tmp_path):
-    spec = resolve(settings={"p": 11, "train.steps": 40, "train.eval_every": 20, "loss": "stablemax",
+    spec = resolve(settings={"p": 11, "batch_size": 16, "train.steps": 40, "train.eval_every": 20, "loss": "stablemax",
                              "model.d": 8, "model.hidden": 16})
     result = train([spec], [tmp_path / "run"], torch.device("cpu"))[0]
     assert math.isfinite(result["final_train_loss"]) and result["final_train_loss"] < math.log(11)

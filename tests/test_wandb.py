@@ -19,7 +19,7 @@ from suite.spec import canonical, spec_id
 from suite.tracking import ID_FILE, default_mode, kept_run_id, make_tracker
 
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
-TINY = ["--set", "p=11", "--set", "d=16", "--set", "hidden=32", "--steps", "20", "--set", "eval_every=10"]
+TINY = ["--set", "p=11", "--set", "batch_size=16", "--set", "d=16", "--set", "hidden=32", "--steps", "20", "--set", "eval_every=10"]
 
 
 def read_records(path: Path) -> list:

@@ -120,11 +120,17 @@ class OrthoGrad(GradFilter):
             p.grad.copy_((g_perp * (g.norm() / (g_perp.norm() + 1e-30))).view_as(p.grad))
 
 
+def _check_lamb(lamb: float) -> None:
+    if not lamb >= 0:  # Grokfast amplifies the slow part of the gradient; lamb < 0 would damp it
+        raise SuiteError(f"lamb must be >= 0, got {lamb}")
+
+
 @register_filter("grokfast_ema", elementwise=True)
 def grokfast_ema(params, *, alpha: float = 0.98, lamb: float = 2.0):
     """Grokfast: g <- g + lamb * EMA_alpha(g) (arXiv 2405.20233)."""
     if not 0 <= alpha < 1:
         raise SuiteError(f"alpha must be in [0, 1), got {alpha}")
+    _check_lamb(lamb)
     return GrokfastEMA(params, alpha, lamb)
 
 
@@ -133,6 +139,7 @@ def grokfast_ma(params, *, window: int = 100, lamb: float = 5.0):
     """Grokfast-MA: g <- g + lamb * mean of the last `window` gradients, once the window is full."""
     if window <= 0:
         raise SuiteError(f"window must be positive, got {window}")
+    _check_lamb(lamb)
     return GrokfastMA(params, window, lamb)
 
 

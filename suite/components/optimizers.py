@@ -40,6 +40,21 @@ class ParamGroups:
         return self.embedding + self.rest
 
 
+def _check(*, weight_decay: float, betas: tuple[float, float] | None = None, eps: float | None = None,
+           **positive: float) -> None:
+    """Settings that make no sense stop the run before it starts. torch takes some of them: a
+    negative lr in a param group (Adam-LR's c < 0), a beta of 1, an eps of 0."""
+    for name, value in positive.items():
+        if not value > 0:
+            raise SuiteError(f"{name} must be positive, got {value}")
+    if not weight_decay >= 0:
+        raise SuiteError(f"weight_decay must be >= 0, got {weight_decay}")
+    if betas is not None and not all(0 <= b < 1 for b in betas):
+        raise SuiteError(f"betas must lie in [0, 1), got {betas}")
+    if eps is not None and not eps > 0:
+        raise SuiteError(f"eps must be positive, got {eps}")
+
+
 def _need_embedding(groups: ParamGroups, name: str) -> None:
     if not groups.embedding:
         raise SuiteError(f"optimizer '{name}' scales the embedding learning rate, but this model has no token embedding")
@@ -49,6 +64,7 @@ def _need_embedding(groups: ParamGroups, name: str) -> None:
 def adam(groups: ParamGroups, *, lr: float = 1e-2, weight_decay: float = 1e-3,
          betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
     """Adam with coupled L2 weight decay (the paper's baseline)."""
+    _check(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
     return torch.optim.Adam(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
 
 
@@ -56,12 +72,16 @@ def adam(groups: ParamGroups, *, lr: float = 1e-2, weight_decay: float = 1e-3,
 def adamw(groups: ParamGroups, *, lr: float = 1e-3, weight_decay: float = 1.0,
           betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8):
     """AdamW with decoupled weight decay (defaults: Nanda et al.'s grokking transformer)."""
+    _check(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
     return torch.optim.AdamW(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
 
 
 @register_optimizer("sgd", elementwise=True)
 def sgd(groups: ParamGroups, *, lr: float = 1e-1, momentum: float = 0.9, weight_decay: float = 1e-3):
     """SGD with momentum and L2 weight decay."""
+    _check(lr=lr, weight_decay=weight_decay)
+    if not 0 <= momentum < 1:
+        raise SuiteError(f"momentum must lie in [0, 1), got {momentum}")
     return torch.optim.SGD(groups.all, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
@@ -69,6 +89,7 @@ def sgd(groups: ParamGroups, *, lr: float = 1e-1, momentum: float = 0.9, weight_
 def adamlr(groups: ParamGroups, *, lr: float = 1e-2, c: float = 10.0, weight_decay: float = 1e-3,
            betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
     """Adam-LR: Adam with the embedding's learning rate at c * lr (paper: c = 10)."""
+    _check(lr=lr, c=c, weight_decay=weight_decay, betas=betas, eps=eps)
     _need_embedding(groups, "adamlr")
     return torch.optim.Adam(
         [{"params": groups.embedding, "lr": c * lr}, {"params": groups.rest, "lr": lr}],
@@ -128,6 +149,7 @@ def adamlr_adaptive(groups: ParamGroups, *, lr: float = 1e-2, every: int = 100, 
     _need_embedding(groups, "adamlr_adaptive")
     if groups.coupled is None:
         raise SuiteError("optimizer 'adamlr_adaptive' needs a model that names the weight coupled to its embedding")
-    if every <= 0:
-        raise SuiteError(f"every must be positive, got {every}")
+    _check(lr=lr, every=every, c_max=c_max, weight_decay=weight_decay, betas=betas, eps=eps)
+    if not 0 <= c_min <= c_max:
+        raise SuiteError(f"need 0 <= c_min <= c_max, got c_min={c_min}, c_max={c_max}")
     return AdaptiveAdamLR(groups, lr, every, c_min, c_max, weight_decay=weight_decay, betas=betas, eps=eps)

@@ -15,17 +15,20 @@ from suite.contracts import Sampler
 from suite.registry import SuiteError, register_sampler
 
 
-def _check_batch(batch_size: int) -> None:
+def _check_batch(batch_size: int, data: TaskData) -> None:
     if batch_size <= 0:
         raise SuiteError(f"batch_size must be positive, got {batch_size}")
+    if batch_size > len(data.y_train):  # a smaller batch than asked, silently: say so instead
+        raise SuiteError(f"batch_size {batch_size} is larger than the training set ({len(data.y_train)} examples); "
+                         "--sampler full trains on all of it")
 
 
 @register_sampler("random")
 class RandomBatches(Sampler):
-    """Uniform minibatches: batch_size distinct training examples per step (all of them if fewer)."""
+    """Uniform minibatches: batch_size distinct training examples per step."""
 
     def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512):
-        _check_batch(batch_size)
+        _check_batch(batch_size, data)
         self.n, self.batch_size, self.generator = len(data.y_train), batch_size, generator
 
     def next(self) -> torch.Tensor:
@@ -60,9 +63,11 @@ class FrequencyAware(Sampler):
 
     def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512, power: float = 1.0,
                  rounds: int = 200):
-        _check_batch(batch_size)
         if data.token_freq is None:
             raise SuiteError("sampler 'frequency' needs a task that reports token frequencies (a token task)")
+        _check_batch(batch_size, data)
+        if rounds < 0:
+            raise SuiteError(f"rounds must be >= 0, got {rounds}")
         x, freq = data.x_train.flatten(1), data.token_freq
         varies = (freq > 0) & (freq < len(x))
         counts = varies[x].double()  # which positions count toward balance
@@ -89,7 +94,7 @@ class EpochBatches(Sampler):
     """
 
     def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512):
-        _check_batch(batch_size)
+        _check_batch(batch_size, data)
         self.n, self.batch_size, self.generator = len(data.y_train), batch_size, generator
         self.perm = torch.empty(0, dtype=torch.long, device=generator.device)
         self.pos = 0
