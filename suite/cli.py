@@ -14,9 +14,8 @@ from suite.registry import ALL, SuiteError, _closest
 def runtime_defaults() -> None:
     """Environment defaults torch reads when it is imported: main() sets them first, so
     `python -m suite` and the grok-suite console script (which calls main() directly) run alike."""
-    # Several runs often share 2 cores (workers, Slurm jobs, tests): with OpenMP's default
-    # busy-waiting a small step gets 7-14x slower; passive waiting costs ~5% when idle.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # No OMP_WAIT_POLICY here: passive waiting cost a run alone ~25% (18.3 vs 14.6 s); the places
+    # where runs share cores (local workers, the sbatch script, the tests) ask for it themselves.
     # Ensembles allocate activations and gradients of tens of MB every step; glibc hands blocks
     # that large straight back to the kernel, so each step page-faults them in again. Huge pages
     # (torch's allocator madvises blocks >= 2 MB) made a K = 32 step 1.4x faster here; results
