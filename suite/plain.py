@@ -18,8 +18,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from models.mlp import MLP
-from tasks.modular import modular
+from suite.models.mlp import MLP
+from suite.tasks.modular import modular
 
 
 def settings(spec: dict, kind: str) -> dict:

@@ -99,7 +99,7 @@ def _grads_with_norms(ensemble: Ensemble, norms: list[float]) -> None:
 
 
 def test_grad_clip_scales_each_member_by_its_own_global_norm():
-    from models.mlp import MLP
+    from suite.models.mlp import MLP
 
     data = loud_for_seed_1(0)
     ensemble = Ensemble([MLP(data, hidden=8) for _ in range(3)])
@@ -115,7 +115,7 @@ def test_grad_clip_scales_each_member_by_its_own_global_norm():
 
 
 def test_grad_clip_of_a_plain_model_is_torchs(one_thread):
-    from models.mlp import MLP
+    from suite.models.mlp import MLP
 
     data = loud_for_seed_1(0)
     torch.manual_seed(0)
