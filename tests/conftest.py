@@ -1,7 +1,9 @@
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,15 @@ def tiny():
     """Settings for a modular run that takes a second or two."""
     return {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.steps": 60, "eval_every": 10,
             "d": 16, "hidden": 32}
+
+
+def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:
+    """Poll metrics.jsonl until the run has evaluated `step` (and so checkpointed before it)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the run ended before step {step}: {proc.communicate()[1]}"
+        lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
+        if any(json.loads(line)["step"] >= step for line in lines[:-1]):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} not reached")

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO
 from suite.cli import main
 
-TINY = ["--set", "p=11", "--set", "train_frac=0.5", "--set", "d=16", "--set", "hidden=32", "--steps", "20",
+TINY = ["--set", "p=11", "--set", "train_frac=0.5", "--set", "batch_size=16", "--set", "d=16", "--set", "hidden=32", "--steps", "20",
         "--set", "eval_every=10", "--wandb", "off"]
 PROBE = next(REPO.glob("leaderboards/probes/runs/*/*/result.json"))  # a committed number-probe result
 
@@ -35,7 +35,8 @@ def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, 
     names = ["runs.csv", "runs.parquet", "curves.csv", "curves.parquet"]
     assert out.splitlines() == [str(root / "export" / name) for name in names]
     warnings = [line for line in err.splitlines() if "warning" in line]
-    assert len(warnings) == 1 and warnings[0].startswith(f"warning: skipped {root / 'torn' / 'result.json'}: Expecting")
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: skipped {root / 'torn' / 'result.json'}: ") \
+        and "not valid JSON (Expecting" in warnings[0]
 
     runs = pd.read_parquet(root / "export" / "runs.parquet")
     assert list(runs["run"]) == ["a", "deeper/b", "probe"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_cli, wait_for_step
 from suite.rundir import RunDir, write_json
 
 # A run that takes a few seconds, checkpoints every 100 steps and never stops early.
@@ -27,16 +27,6 @@ def start(out: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:
-    """Poll metrics.jsonl until the run has evaluated `step` (and so checkpointed before it)."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the run ended before step {step}: {proc.communicate()[1]}"
-        lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
-        if any(json.loads(line)["step"] >= step for line in lines[:-1]):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} not reached")
 
 
 @pytest.fixture(scope="module")

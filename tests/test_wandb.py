@@ -6,13 +6,12 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, TINY_FIXED, run_cli
+from conftest import REPO, TINY_FIXED, run_cli, wait_for_step
 from suite.cli import main
 from suite.grid import load
 from suite.spec import canonical, spec_id
@@ -143,19 +142,10 @@ def test_bad_input_with_tracking_on_leaves_no_run_dir(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the run ended before step {step}: {proc.communicate()[1]}"
-        lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
-        if any(json.loads(line)["step"] >= step for line in lines[:-1]):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} not reached")
 
 
 def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_starts_another(tmp_path):
-    args = ["run", "--set", "p=23", "--set", "d=32", "--set", "hidden=64", "--set", "eval_every=50",
+    args = ["run", "--set", "p=23", "--set", "batch_size=64", "--set", "d=32", "--set", "hidden=64", "--set", "eval_every=50",
             "--set", "checkpoint_every=100", "--set", "patience=none", "--steps", "600", "--wandb", "offline"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE}
     out = tmp_path / "run"
@@ -180,7 +170,7 @@ def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_start
 
 def test_dotted_flags_set_settings_and_bad_ones_are_refused(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "--set", "p=11", "--model.d=16", "--model.hidden", "32", "--opt.lr", "3e-3",
+    assert main(["run", "--set", "p=11", "--sampler.batch_size", "16", "--model.d=16", "--model.hidden", "32", "--opt.lr", "3e-3",
                  "--train.steps=20", "--train.eval_every", "10", "--wandb", "off", "--out", str(out)]) == 0
     spec = json.loads((out / "spec.json").read_text())
     assert (spec["model"]["d"], spec["model"]["hidden"], spec["opt"]["lr"]) == (16, 32, 0.003)
@@ -207,7 +197,7 @@ def test_the_readme_sweep_drives_suite_run(tmp_path):
     readme = (REPO / "README.md").read_text()
     sweep = yaml.safe_load(readme.split("<!-- sweep -->\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0])
     params = {k: v["values"][0] if "values" in v else v["value"] for k, v in sweep["parameters"].items()}
-    params |= {"task.p": 11, "model.d": 16, "model.hidden": 32, "train.steps": 20, "train.eval_every": 10}
+    params |= {"task.p": 11, "sampler.batch_size": 16, "model.d": 16, "model.hidden": 32, "train.steps": 20, "train.eval_every": 10}
     command_args = {k: {"value": v} for k, v in params.items()}
     args = create_sweep_command_args({"args": command_args})["args"]
     assert "--opt.lr=0.003" in args
