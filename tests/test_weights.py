@@ -54,7 +54,7 @@ def test_an_ensemble_member_keeps_the_weights_of_its_separate_run(tmp_path):
 
 
 def test_loading_what_was_not_kept_is_one_line(tmp_path):
-    train([resolve(CHOICES, {**CELL, "keep_weights": False, "train.steps": 10})], [tmp_path], torch.device("cpu"))
+    train([resolve(CHOICES, {**CELL, "keep_weights": False, "train.steps": 50})], [tmp_path], torch.device("cpu"))
     with pytest.raises(SuiteError, match="no final weights \\(the run kept no weights"):
         load_model(tmp_path)
     with pytest.raises(SuiteError, match="moment 'best' is not one of"):
