@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from suite import SuiteError, register_model
+from suite.cache import dequantized_gguf
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Dtype = Literal["float32", "float16", "bfloat16"]
@@ -73,11 +74,14 @@ def load(name: str, source: str, *, local: bool, gguf_file: str | None = None, r
 
     transformers.utils.logging.set_verbosity_error()  # keep stderr to our own progress lines
     transformers.utils.logging.disable_progress_bar()
-    # trust_remote_code=False, not transformers' None: None asks on a terminal before refusing.
-    kwargs = ({"local_files_only": local, "trust_remote_code": trust_remote_code}
-              | ({"gguf_file": gguf_file} if gguf_file else {}) | ({"revision": revision} if revision else {}))
     where = f"{source}{'/' + gguf_file if gguf_file else ''}{'@' + revision if revision else ''}"
     try:
+        copy = dequantized_gguf(source, gguf_file) if gguf_file and local else None  # loads in seconds: suite/cache.py
+        if copy:
+            source, gguf_file = copy, None
+        # trust_remote_code=False, not transformers' None: None asks on a terminal before refusing.
+        kwargs = ({"local_files_only": local, "trust_remote_code": trust_remote_code}
+                  | ({"gguf_file": gguf_file} if gguf_file else {}) | ({"revision": revision} if revision else {}))
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **kwargs)
         model = transformers.AutoModel.from_pretrained(source, dtype=getattr(torch, dtype), **kwargs,
                                                        **({"device_map": device_map} if device_map else {}))

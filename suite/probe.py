@@ -108,7 +108,9 @@ def layer_measures(states: np.ndarray, values: np.ndarray, groups: np.ndarray) -
         # Every prompt has the same state up to float32 rounding (the '=' embedding of a causal
         # LM, layer 0): there is nothing to fit, and PLS would divide by zero.
         return {m: math.nan for m in METRICS}, np.zeros(len(states))
-    pc1 = PCA(n_components=1).fit(states)
+    # "full": the exact SVD. The default picks a randomized solver here, unseeded, which moved the 6th
+    # decimal of EV and beta from one run of the same states to the next.
+    pc1 = PCA(n_components=1, svd_solver="full").fit(states)
     scores = pc1.transform(states)[:, 0]
     try:
         with warnings.catch_warnings():
@@ -180,10 +182,9 @@ def run_probe(spec: dict, run_dir: Path, device: torch.device) -> dict:
     t0 = time.monotonic()
     data, model_entry = task_data(spec)
     threads_before = torch.get_num_threads()
-    torch.set_num_threads(data.threads)  # more threads than free cores made SmolLM2 ~4x slower
+    torch.set_num_threads(data.threads or threads_before)  # the hidden states come out the same for any count
     try:
-        with threadpool_limits(limits=data.threads):  # the BLAS under the fits, likewise
-            return _probe(spec, run_dir, device, data, model_entry, t0)
+        return _probe(spec, run_dir, device, data, model_entry, t0)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -206,7 +207,8 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
             width = states.shape[-1]
             t = time.monotonic()
             values, groups = np.asarray(run[name].values), np.asarray(run[name].groups)
-            measured = [layer_measures(s, values, groups) for s in states]
+            with threadpool_limits(limits=1):  # one BLAS thread keeps the fits bitwise the same on any machine
+                measured = [layer_measures(s, values, groups) for s in states]
             per_run.append([m for m, _ in measured])
             if r == 0:
                 pc1_plots[name] = (values, groups, np.stack([scores for _, scores in measured]))
@@ -242,7 +244,7 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
         "timings": timings,
         "wall_s": round(wall, 2),
         "device": str(device),
-        "threads": data.threads,
+        "threads": torch.get_num_threads(),
         "suite_version": suite.__version__,
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),

@@ -38,7 +38,7 @@ class ProbeData:
     read: str  # "equals" or "last": which token's state is read
     batch_size: int
     min_rho: float
-    threads: int
+    threads: Optional[int]  # torch threads for the model; None: torch's own count
     kind: str = "text"
     info: dict = field(default_factory=dict)
 
@@ -124,10 +124,10 @@ def number_probe(
     read: Literal["equals", "last"] = "equals",
     batch_size: int = 32,
     min_rho: float = 0.9,
-    threads: int = 1,
+    threads: Optional[int] = None,
 ) -> ProbeData:
     """Number probes on a pretrained model's hidden states (arXiv 2502.16147), numbers vs letters."""
-    if width < 1 or per_group < 2 or n_context < 0 or runs < 1 or batch_size < 1 or threads < 1:
+    if width < 1 or per_group < 2 or n_context < 0 or runs < 1 or batch_size < 1 or (threads is not None and threads < 1):
         raise SuiteError("width, runs, batch_size and threads must be >= 1, per_group >= 2, n_context >= 0")
     if not 0.0 <= min_rho <= 1.0:
         raise SuiteError(f"min_rho must lie in [0, 1], got {min_rho}")

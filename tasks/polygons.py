@@ -25,9 +25,7 @@ from __future__ import annotations
 import io
 import itertools
 import math
-import os
 import sys
-from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
@@ -35,6 +33,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from suite import SuiteError, register_task
+from suite.cache import cache_dir
 from suite.data import TaskData
 from suite.rundir import write_atomic
 
@@ -74,10 +73,6 @@ def render(cells: Sequence[int], resolution: int) -> np.ndarray:
 def all_cells() -> torch.Tensor:
     """Every combination, (14641, 4), in the order of their generator (first cell slowest)."""
     return torch.tensor(list(itertools.product(SIDES, repeat=4)))
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SUITE_CACHE") or Path.home() / ".cache" / "grokking-suite")
 
 
 def load_images(resolution: int) -> torch.Tensor:

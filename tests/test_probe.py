@@ -89,6 +89,20 @@ def test_constant_states_give_nulls_and_valid_json():
     assert layers[0]["rho"] == {"mean": None, "std": None}
 
 
+def test_pca_is_exact_and_does_not_depend_on_numpys_random_state():
+    # 600 columns: sklearn's default solver would be its randomized one, unseeded (the 6th decimal moved).
+    values, groups = paper_values()
+    states = states_from(np.log(values), noise=0.5, width=600)
+    np.random.seed(0)
+    first, _ = layer_measures(states, values, groups)
+    np.random.seed(1)
+    second, _ = layer_measures(states, values, groups)
+    assert first == second
+    centred = states - states.mean(0)
+    singular = np.linalg.svd(centred, compute_uv=False)
+    assert first["pca_ev"] == pytest.approx(singular[0] ** 2 / (singular**2).sum(), rel=1e-9)
+
+
 def test_best_layers_paper_rule_and_ordered_rule():
     def layer(i, ev, rho):
         base = {"pca_ev": ev, "pls_r2": 0.1 * i, "rho": rho, "beta": 1.0, "rho_within": 0.0, "pls_rho": rho, "pls_beta": 1.0}
@@ -271,6 +285,53 @@ def test_remote_code_runs_only_when_trusted(tmp_path, capsys, tiny_bert):
                                        "dtype": "bfloat16", "device_map": "cpu", "trust_remote_code": True}
 
 
+def test_a_gguf_model_is_dequantized_once_into_a_copy_that_loads_the_same(tmp_path, monkeypatch, capsys, minilm):
+    """transformers parses a GGUF file for ~25 s at every load: the first load saves a float32 copy
+    under $SUITE_CACHE, later loads read it. Stood in for here by the bundled MiniLM, handed out as
+    transformers hands out a model it read from a GGUF file (with its quantization config)."""
+    import copy
+
+    import transformers
+
+    from suite.models.pretrained import load
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "tiny.gguf").write_bytes(b"GGUF")
+    conversions = []
+    real_tokenizer, real_model = transformers.AutoTokenizer.from_pretrained, transformers.AutoModel.from_pretrained
+
+    def tokenizer_from(source, gguf_file=None, **kwargs):
+        return copy.deepcopy(minilm.tokenizer) if gguf_file else real_tokenizer(source, **kwargs)
+
+    def model_from(source, gguf_file=None, **kwargs):
+        if not gguf_file:
+            return real_model(source, **kwargs)
+        conversions.append(source)
+        model = copy.deepcopy(minilm.model)
+        model.config.quantization_config = {"quant_method": "gguf", "gguf_file": gguf_file}
+        return model
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tokenizer_from)
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", model_from)
+    monkeypatch.setenv("SUITE_CACHE", str(tmp_path / "cache"))
+    prompts = ["1=1,2=", "1234=1234,5678=5678,9999=9999,10005="]
+    expected, _ = extract(minilm, prompts, batch_size=2, read="equals", device="cpu")
+    for _ in range(2):
+        loaded = load("hf", str(folder), local=True, gguf_file="tiny.gguf")
+        assert loaded.source == f"{folder}/tiny.gguf"  # what result.json records: the GGUF file, not the copy
+        assert np.array_equal(extract(loaded, prompts, batch_size=2, read="equals", device="cpu")[0], expected)
+    assert conversions == [str(folder)]  # converted once, then read from the copy
+    (copy_dir,) = (tmp_path / "cache" / "gguf").iterdir()
+    assert copy_dir.name.startswith("tiny-") and "quantization_config" not in json.loads((copy_dir / "config.json").read_text())
+
+    monkeypatch.setenv("SUITE_CACHE", str(folder / "tiny.gguf"))  # a cache that cannot be written: read the GGUF file
+    capsys.readouterr()
+    loaded = load("hf", str(folder), local=True, gguf_file="tiny.gguf")
+    assert np.array_equal(extract(loaded, prompts, batch_size=2, read="equals", device="cpu")[0], expected)
+    assert "cannot cache the de-quantized model" in capsys.readouterr().err and len(conversions) == 2
+
+
 def test_left_padding_leaves_each_prompt_as_it_is_alone(minilm):
     """BERT has absolute positions: padding on the left without rebuilt position ids would shift them."""
     prompts = ["1=1,2=", "1234=1234,5678=5678,9999=9999,10005=", "ab=ab,c="]
@@ -294,6 +355,7 @@ def test_bundled_minilm_end_to_end_through_the_cli(tmp_path):
         assert (out / name).stat().st_size > 0
     result = json.loads((out / "result.json").read_text())
     assert result["model"]["n_layers"] == 6 and result["runs"] == 2
+    assert result["spec"]["task"]["threads"] is None and result["threads"] == 1  # torch's count: OMP_NUM_THREADS
     for data in ("numbers", "letters"):
         layers = result[data]["layers"]
         assert [row["layer"] for row in layers] == list(range(7))
