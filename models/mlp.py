@@ -1,15 +1,23 @@
-"""The embedding-grokking paper's MLP (arXiv 2505.15624).
+"""The embedding-grokking paper's MLP (arXiv 2505.15624), with the paper's three ways in.
 
-    tokens [a, op, b, =] -> embed each (d) -> concatenate (4d) -> Linear 4d->hidden -> ReLU -> Linear -> logits
+    inputs="embed":  tokens [a, op, b, =] -> embed each (d) -> concatenate (4d) -> Linear -> ReLU -> Linear -> logits
+    inputs="onehot": the four tokens one-hot (4 x vocab) into the same MLP: the first Linear
+                     then acts as an embedding of its own, so this is not the paper's baseline;
+    inputs="scalar": the paper's MLP without embeddings (Sec. 3.3, eq. 1): the four token
+                     values written as four real numbers, x = (a, P, b, P+1) / (P+1).
 
-With embed=False the same MLP reads one-hot tokens instead (the paper's no-embedding
-baseline): the first Linear then sees 4 * vocab inputs.
+Scalar inputs are divided by P+1 (the largest token id), so they lie in [0, 1]. The paper does
+not say whether it scales them; raw ids up to 98 under PyTorch's default initialisation give
+first-layer pre-activations ~50 times those of every other input mode, and the division only
+rescales the first layer's weights (ReLU(W x / s) = ReLU((W / s) x)): the same function class.
 
 Images (uint8 pixels) are scaled to [0, 1] and flattened into the same MLP, for the
-MLP / ResNet comparison; `embed` does not apply to them.
+MLP / ResNet comparison; `inputs` does not apply to them.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -21,17 +29,20 @@ from suite.data import TaskData
 
 @register_model("mlp", inputs=("tokens", "image"))
 class MLP(nn.Module):
-    """Two-layer MLP over concatenated token embeddings (embed=True), one-hot tokens, or flattened images."""
+    """Two-layer MLP over token embeddings, one-hot tokens, the tokens' values as numbers, or flattened images."""
 
-    def __init__(self, data: TaskData, *, embed: bool = True, d: int = 128, hidden: int = 512):
+    def __init__(self, data: TaskData, *, inputs: Literal["embed", "onehot", "scalar"] = "embed", d: int = 128,
+                 hidden: int = 512):
         super().__init__()
         if d < 1 or hidden < 1:
             raise SuiteError(f"d and hidden must be positive, got d={d}, hidden={hidden}")
-        self.vocab, seq_len = data.vocab_size, data.x_train.shape[1]
         self.image = data.kind == "image"
-        self.embed = nn.Embedding(self.vocab, d) if embed and not self.image else None
-        n_inputs = data.x_train[0].numel() if self.image else seq_len * (d if embed else self.vocab)
-        self.hidden = nn.Linear(n_inputs, hidden)
+        self.inputs = "pixels" if self.image else inputs
+        self.vocab, seq_len = data.vocab_size, data.x_train.shape[1]
+        self.embed = nn.Embedding(self.vocab, d) if self.inputs == "embed" else None
+        width = {"pixels": data.x_train[0].numel(), "embed": seq_len * d, "onehot": seq_len * (self.vocab or 0),
+                 "scalar": seq_len}[self.inputs]
+        self.hidden = nn.Linear(width, hidden)
         self.out = nn.Linear(hidden, data.n_classes)
 
     @property
@@ -45,8 +56,12 @@ class MLP(nn.Module):
         return self.hidden.weight if self.embed is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.image:
+        if self.inputs == "pixels":
             h = x.float() / 255 if x.dtype == torch.uint8 else x.float()
+        elif self.inputs == "embed":
+            h = self.embed(x)
+        elif self.inputs == "onehot":
+            h = F.one_hot(x, self.vocab).float()
         else:
-            h = self.embed(x) if self.embed is not None else F.one_hot(x, self.vocab).float()
+            h = x.float() / (self.vocab - 1)
         return self.out(F.relu(self.hidden(h.flatten(1))))

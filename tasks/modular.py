@@ -2,12 +2,19 @@
 
 Token ids: the numbers 0..p-1 are themselves, the operator is p, '=' is p+1.
 b runs over 0..p-1, or 1..p-1 for div and with nonzero_b (Grokfast's code: 97 x 96 = 9,312 pairs).
-Split protocol of the embedding-grokking paper (arXiv 2505.15624): test_frac of all pairs
-is held out at random; the training set (train_frac of all pairs) is drawn from the rest by
-`split`:
-- random:  uniformly at random;
-- uniform: every value of a, and of b, appears as equally often as the pool allows;
-- skewed:  with probability proportional to 1 / (a + 1) ** zipf_s, so large a are rare.
+Split protocol of the embedding-grokking paper (arXiv 2505.15624, Sec. 4.2 and 5.1): test_frac
+of all pairs is the test set, and the training set (train_frac of all pairs) is drawn from the
+rest. `split` says how both are drawn:
+- random:  both uniformly at random;
+- uniform: "all combinations of a and b evenly across training and test sets": the test set,
+           then the training set from the rest, each a degree-balanced pick (every value of a,
+           and of b, appears equally often in it, +-1, as far as the pool allows);
+- skewed:  "a bias in the combinations of a" in the training *and* the test set: both drawn
+           without replacement with probability proportional to (a + 1) ** -skew, test first.
+           A strong skew fills both with small a; the large a then appear in neither, and the
+           middle ones mostly on one side only (the paper gives no formula: `skew` is ours);
+- skewed_train: the milder variant (the suite's `skewed` before the paper reading): a random
+           test set, the training set weighted by (a + 1) ** -skew.
 Grokking-Insight's structured splits keep a block out of training and test on everything
 else, as in its code (test_frac does not apply):
 - rec: no pair with a <= k and b <= k is trained on;
@@ -16,6 +23,7 @@ else, as in its code (test_frac does not apply):
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Optional
 
 import torch
@@ -40,6 +48,13 @@ def _inverse(b: torch.Tensor, p: int) -> torch.Tensor:
             result = result * base % p
         base, e = base * base % p, e >> 1
     return result
+
+
+def _rest(candidates: torch.Tensor, taken: torch.Tensor, total: int) -> torch.Tensor:
+    """The candidates not taken, in their order."""
+    out = torch.ones(total, dtype=torch.bool)
+    out[taken] = False
+    return candidates[out[candidates]]
 
 
 def _is_prime(n: int) -> bool:
@@ -127,10 +142,10 @@ def modular(
     *,
     p: int = 97,
     op: Literal["add", "sub", "mul", "div", "sqsum"] = "add",
-    split: Literal["random", "uniform", "skewed", "rec", "str"] = "random",
+    split: Literal["random", "uniform", "skewed", "skewed_train", "rec", "str"] = "random",
     test_frac: float = 0.2,
     train_frac: float = 0.3,
-    zipf_s: float = 1.0,
+    skew: float = 3.0,
     k: int = 30,
     data_seed: Optional[int] = None,
     nonzero_b: bool = False,
@@ -145,8 +160,8 @@ def modular(
         raise SuiteError(f"test_frac + train_frac must be <= 1, got {test_frac} + {train_frac}")
     if split in ("rec", "str") and not 0 <= k < p - 1:
         raise SuiteError(f"k must be in [0, {p - 2}] for split '{split}', got {k}")
-    if split == "skewed" and not zipf_s >= 0:
-        raise SuiteError(f"zipf_s must be >= 0 (large a rarer), got {zipf_s}")
+    if split.startswith("skewed") and not (0 <= skew < math.inf):
+        raise SuiteError(f"skew must be a finite number >= 0 (large a rarer), got {skew}")
     if data_seed is not None and data_seed < 0:
         raise SuiteError(f"data_seed must be >= 0 (or None: the run's seed), got {data_seed}")
 
@@ -161,22 +176,23 @@ def modular(
         if n_train > len(pool):
             raise SuiteError(f"split '{split}' with k={k} leaves {len(pool)} pairs, fewer than train_frac asks ({n_train})")
         train = pool[torch.randperm(len(pool), generator=g)[:n_train]]
+        val = _rest(torch.arange(total), train, total)  # everything not trained on
     else:
-        perm = torch.randperm(total, generator=g)
-        pool = perm[round(test_frac * total):]  # what is not held out as test
+        n_test = round(test_frac * total)
+        everything = torch.randperm(total, generator=g)
         if split == "random":
-            train = pool[:n_train]
+            val, train = everything[:n_test], everything[n_test:n_test + n_train]
         elif split == "uniform":
+            val = everything[_uniform_pick(a[everything], b[everything], n_test, p, g)]
+            pool = _rest(everything, val, total)
             train = pool[_uniform_pick(a[pool], b[pool], n_train, p, g)]
         else:
-            weights = (a[pool] + 1).double().pow(-zipf_s)
-            train = pool[torch.multinomial(weights, n_train, replacement=False, generator=g)]
-    in_train = torch.zeros(total, dtype=torch.bool)
-    in_train[train] = True
-    if split in ("rec", "str"):
-        val = torch.nonzero(~in_train).flatten()
-    else:
-        val = perm[: round(test_frac * total)]
+            weight = (a + 1).double().pow(-skew)
+            val = (everything[torch.multinomial(weight[everything], n_test, replacement=False, generator=g)]
+                   if split == "skewed" else everything[:n_test])
+            pool = _rest(everything, val, total)
+            train = pool[torch.multinomial(weight[pool], n_train, replacement=False, generator=g)]
+        val = val.sort().values
 
     x = torch.stack([a, torch.full_like(a, p), b, torch.full_like(a, p + 1)], dim=1)
     y = OPS[op](a, b, p)

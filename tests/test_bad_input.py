@@ -54,7 +54,7 @@ SETTINGS = {  # kind -> (arguments, what the line says)
     "grokfast alpha of 1": (["--filter", "grokfast_ema", *MODULAR, "--set", "alpha=1"], "alpha must be in [0, 1)"),
     "negative grokfast lamb": (["--filter", "grokfast_ema", *MODULAR, "--set", "lamb=-2"], "lamb must be >= 0"),
     "zero grokfast window": (["--filter", "grokfast_ma", *MODULAR, "--set", "window=0"], "window must be positive"),
-    "negative zipf exponent": ([*MODULAR, "--set", "split=skewed", "--set", "zipf_s=-1"], "zipf_s must be >= 0"),
+    "negative skew": ([*MODULAR, "--set", "split=skewed", "--set", "skew=-1"], "skew must be a finite number >= 0"),
     "negative data seed": ([*MODULAR, "--set", "data_seed=-3"], "data_seed must be >= 0"),
     "held-out block past p": ([*MODULAR, "--set", "split=rec", "--set", "k=20"], "k must be in [0, 9]"),
     "image resolution 0": (["--task", "polygons", "--set", "resolution=0"], "resolution must be in [8, 1024]"),

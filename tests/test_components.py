@@ -26,9 +26,24 @@ def test_mlp_shapes_and_named_weights():
     assert b.model(b.data.x_train[:5]).shape == (5, 13)
     assert b.model.embedding_weight.shape == (15, 128)
     assert b.model.coupled_weight.shape == (512, 4 * 128)  # W reads the 4 concatenated embeddings
-    one_hot = built(p=13, embed=False).model
+    one_hot = built(p=13, inputs="onehot").model
     assert one_hot.embedding_weight is None and one_hot.coupled_weight is None
     assert one_hot.hidden.weight.shape == (512, 4 * 15)
+
+
+def test_scalar_inputs_are_the_four_token_values_scaled_to_one():
+    """The paper's MLP without embeddings (Sec. 3.3): x = (a, P, b, P+1) / (P+1) into W1 -> ReLU -> W2."""
+    b = built(p=13, inputs="scalar")
+    model = b.model
+    assert model.embedding_weight is None and model.hidden.weight.shape == (512, 4)
+    x = torch.tensor([[3, 13, 7, 14], [0, 13, 12, 14]])
+    first = x.float() / 14
+    assert torch.allclose(first[0], torch.tensor([3 / 14, 13 / 14, 7 / 14, 1.0]))
+    expected = model.out(torch.relu(first @ model.hidden.weight.T + model.hidden.bias))
+    assert torch.allclose(model(x), expected)
+    # a and b are read by position: swapping them is another input.
+    assert not torch.equal(model(x[:, [2, 1, 0, 3]]), model(x))
+    assert resolve({"model": "mlp"}, {"inputs": "scalar"})["model"]["inputs"] == "scalar"  # the spec records the mode
 
 
 def test_param_groups_split_embedding_from_rest():
@@ -110,7 +125,7 @@ def test_full_sampler_gives_everything():
 
 def test_frequency_sampler_evens_out_token_updates():
     """On a skewed split, every number token should get gradients at the same rate."""
-    data = modular(0, p=31, split="skewed", zipf_s=1.5)
+    data = modular(0, p=31, split="skewed_train", skew=1.5)  # every token trained on, some rarely
 
     def spread(name, **kw):  # coefficient of variation of how often each number token is drawn
         sampler = ALL["sampler"].get(name).build(data, torch.Generator().manual_seed(0), batch_size=64, **kw)

@@ -37,18 +37,44 @@ def test_split_depends_on_seed_and_data_seed_pins_it():
 
 
 @pytest.mark.parametrize("op", ["add", "div"])
-def test_uniform_split_covers_every_operand_equally(op):
+def test_uniform_split_spreads_every_operand_evenly_over_train_and_test(op):
+    """The paper: "distribute all combinations of a and b evenly across training and test sets"."""
     data = modular(0, p=97, split="uniform", op=op)
-    for column in (0, 2):
-        counts = torch.bincount(data.x_train[:, column], minlength=97)[1 if op == "div" and column == 2 else 0:]
-        assert counts.max() - counts.min() <= 1, counts
-    random_counts = torch.bincount(modular(0, p=97).x_train[:, 0], minlength=97)
-    assert random_counts.max() - random_counts.min() > 5  # what uniform fixes
+    assert len(data.y_train) == round(0.3 * data.info["n_pairs"]) and len(data.y_val) == round(0.2 * data.info["n_pairs"])
+    assert not pairs(data.x_train) & pairs(data.x_val)
+    for x in (data.x_train, data.x_val):
+        for column in (0, 2):
+            counts = torch.bincount(x[:, column], minlength=97)[1 if op == "div" and column == 2 else 0:]
+            assert counts.max() - counts.min() <= 1, counts
+    random = modular(0, p=97)
+    for x in (random.x_train, random.x_val):
+        counts = torch.bincount(x[:, 0], minlength=97)
+        assert counts.max() - counts.min() > 5  # what uniform fixes
 
 
-def test_skewed_split_makes_large_operands_rare():
-    counts = torch.bincount(modular(0, p=97, split="skewed", zipf_s=1.0).x_train[:, 0], minlength=97)
-    assert counts[:10].sum() > 3 * counts[-10:].sum()
+def a_counts(x):
+    return torch.bincount(x[:, 0], minlength=97)
+
+
+def test_skewed_split_biases_a_in_train_and_test_and_its_strength_sets_how_much():
+    """Both sets drawn with probability ~ (a + 1) ** -skew, the test set first: small a fill both."""
+    mean_a = {}
+    for skew in (0.0, 1.0, 3.0):
+        data = modular(0, p=97, split="skewed", skew=skew)
+        assert len(data.y_val) == round(0.2 * 97 * 97) and not pairs(data.x_train) & pairs(data.x_val)
+        train, val = a_counts(data.x_train), a_counts(data.x_val)
+        mean_a[skew] = (data.x_train[:, 0].float().mean().item(), data.x_val[:, 0].float().mean().item())
+        if skew > 0:
+            assert train[:30].sum() > 2 * train[-30:].sum() and val[:30].sum() > 2 * val[-30:].sum()
+    assert mean_a[0.0][0] == pytest.approx(48, abs=3) and mean_a[0.0][1] == pytest.approx(48, abs=3)  # no skew: none
+    assert mean_a[3.0][0] < mean_a[1.0][0] < mean_a[0.0][0] and mean_a[3.0][1] < mean_a[1.0][1] < mean_a[0.0][1]
+    # A strong skew takes the smallest a whole into the test set: some test pairs have an a never trained on.
+    strong = modular(0, p=97, split="skewed", skew=3.0)
+    assert (a_counts(strong.x_train)[strong.x_val[:, 0]] == 0).float().mean() > 0.2
+    # The mild variant skews the training set only, against a random test set.
+    mild = modular(0, p=97, split="skewed_train", skew=1.0)
+    assert a_counts(mild.x_train)[:10].sum() > 3 * a_counts(mild.x_train)[-10:].sum()
+    assert torch.equal(mild.x_val, modular(0, p=97, split="random").x_val)
 
 
 @pytest.mark.parametrize("split, held", [("rec", lambda a, b: a <= 4 and b <= 4), ("str", lambda a, b: a <= 4)])

@@ -110,9 +110,9 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     (["--steps", "-5"], "steps must be positive"),
     (["--set", "nosuchkey=1"], "no chosen component takes 'nosuchkey'"),
     (["--set", "p=abc"], "p takes int"),
-    (["--set", "embed=maybe"], "embed takes bool"),
+    (["--set", "inputs=maybe"], "is not one of embed, onehot, scalar"),
     (["--set", "lr"], "--set takes KEY=VALUE"),
-    (["--opt", "adamlr", "--set", "embed=false"], "no token embedding"),
+    (["--opt", "adamlr", "--set", "inputs=scalar"], "no token embedding"),
     (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
     (["--opt", "adamlr", "--set", "c=-1"], "c must be positive"),  # a negative embedding learning rate
     (["--set", "lr=nan"], "lr takes a finite float"),
