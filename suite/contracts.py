@@ -29,7 +29,9 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
   on that element alone (Adam, SGD): the optimizer then trains stacked ensembles exactly.
 - sampler: `next()` returns the indices of the next batch, drawn with `generator` only, so
   that a resumed run draws the same batches; `state_dict()`/`load_state_dict()` carry any
-  position it keeps (the base class keeps none).
+  position it keeps (the base class keeps none). A sampler that adapts to training sets
+  `reads_embedding_grad = True`: after every backward, `observe(grad)` hands it its run's
+  token-embedding gradient (vocab x d, before any filter); the model must then have one.
 - filter: rewrites the gradients in place between backward and the optimizer step
   (`apply()`), with `state_dict()`/`load_state_dict()` for checkpoints (tensors and numbers
   only). `elementwise=True` as for optimizers.
@@ -55,8 +57,13 @@ from suite.errors import SuiteError
 class Sampler:
     """Base of every sampler: `next()` -> the next batch's indices into the training set."""
 
+    reads_embedding_grad = False  # True: observe() gets the token-embedding gradient after each backward
+
     def next(self):  # -> torch.Tensor of indices into the training set
         raise NotImplementedError
+
+    def observe(self, embedding_grad) -> None:
+        """The run's token-embedding gradient of the batch just drawn (vocab x d)."""
 
     def state_dict(self) -> dict:
         return {}

@@ -64,6 +64,9 @@ def build_member(spec: dict, device: torch.device) -> tuple[Member, torch.nn.Mod
     generator = torch.Generator(device=device).manual_seed(spec["seed"])
     sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
     _check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
+    if sampler.reads_embedding_grad and getattr(model, "embedding_weight", None) is None:
+        raise SuiteError(f"sampler '{spec['sampler']['name']}' reads the token-embedding gradients, "
+                         f"but model '{spec['model']['name']}' here has no token embedding")
     return Member(spec, data, sampler, generator), model
 
 
@@ -195,6 +198,10 @@ class Stack:
         loss = self.loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.live[0].sampler.reads_embedding_grad:  # one cell: every member has the same sampler
+            grad = self.model.embedding_weight.grad
+            for i, m in enumerate(self.live):
+                m.sampler.observe(grad if self.model.single is not None else grad[i])
         self.grad_filter.apply()
         if self.cfg.grad_clip is not None:
             self.model.clip_grad_norms(self.cfg.grad_clip)

@@ -142,3 +142,40 @@ def test_frequency_sampler_needs_token_frequencies():
     data.token_freq = None
     with pytest.raises(SuiteError, match="token frequencies"):
         ALL["sampler"].get("frequency").build(data, torch.Generator())
+
+
+def test_grad_softmax_sampler_follows_softmax_of_squared_gradient_norms():
+    """Appendix A, eq. 19: p_i = softmax(L_i^2 / gamma), gamma in units of the mean L_i^2; tokens
+    are drawn with probability ~ p_i."""
+    data = modular(0, p=5, split="random", train_frac=0.6, test_frac=0.2)  # 15 pairs of tokens 0..4, op 5, '=' 6
+    sampler = ALL["sampler"].get("grad_softmax").build(data, torch.Generator().manual_seed(0), batch_size=4, gamma=0.5,
+                                                       beta=0.9)
+    p0 = sampler.token_probabilities()
+    assert torch.allclose(p0[:5], torch.full((5,), 0.2)) and p0[5:].eq(0).all()  # before any step: equal
+    batch = sampler.next()
+    count = torch.bincount(data.x_train[batch].flatten(), minlength=7).float()
+    grad = torch.zeros(7, 3)
+    grad[:, 0] = torch.arange(1.0, 8.0)  # row norms 1..7
+    sampler.observe(grad)
+    first = torch.arange(1.0, 8.0) * 4 / count.clamp(min=1)  # per example: norm * batch / occurrences
+    present = count[:5] > 0
+    assert torch.allclose(sampler.L[:5][present], first[:5][present]) and sampler.L[:5][~present].eq(0).all()
+    sampler.batch = batch
+    sampler.observe(2 * grad)  # a running mean from then on: 0.9 * old + 0.1 * new
+    assert torch.allclose(sampler.L[:5][present], first[:5][present] * 1.1)
+
+    sampler.L, sampler.seen = torch.tensor([1.0, 2.0, 3.0, 0.0, 1.0, 9.0, 9.0]), torch.tensor([1, 1, 1, 0, 1, 1, 1]).bool()
+    L = torch.tensor([1.0, 2.0, 3.0, 1.75, 1.0])  # the unseen token takes the seen ones' mean
+    expected = torch.softmax(L.square() / (0.5 * L.square().mean()), 0)
+    p = sampler.token_probabilities()
+    assert torch.allclose(p[:5], expected) and p[5:].eq(0).all()
+    # drawn token frequencies follow p: on all 25 pairs every token is independent of the other
+    full = modular(0, p=5, train_frac=0.8, test_frac=0.2)
+    full.x_train = torch.cartesian_prod(torch.arange(5), torch.arange(5))[:, [0, 0, 1, 1]]
+    full.x_train[:, 1], full.x_train[:, 3] = 5, 6
+    full.token_freq = torch.bincount(full.x_train.flatten(), minlength=7)
+    full.y_train = torch.zeros(25, dtype=torch.long)
+    drawn = ALL["sampler"].get("grad_softmax").build(full, torch.Generator().manual_seed(1), batch_size=20, gamma=0.5)
+    drawn.L, drawn.seen = sampler.L.clone(), sampler.seen.clone()
+    tokens = torch.cat([full.x_train[drawn.next()][:, [0, 2]].flatten() for _ in range(2000)])
+    assert torch.allclose(torch.bincount(tokens, minlength=5).float() / len(tokens), expected, atol=0.01)

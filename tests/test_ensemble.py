@@ -50,6 +50,7 @@ def _same_result(a: dict, b: dict) -> bool:
     ({"opt": "adamlr", "filter": "grokfast_ma", "sampler": "epoch"}, {"d": 16, "hidden": 32, "window": 5}),
     ({"opt": "sgd", "filter": "grokfast_ema", "sampler": "frequency"}, {"d": 16, "hidden": 32}),
     ({}, {"d": 16, "hidden": 32, "grad_clip": 0.05}),  # each member clipped by its own global norm
+    ({"sampler": "grad_softmax"}, {"d": 16, "hidden": 32}),  # each member's sampler reads its own gradient
 ])
 def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, settings):
     specs = _specs(choices, {**SMALL, **settings})

@@ -97,6 +97,7 @@ def _metrics(run_dir):
     ({"filter": "grokfast_ma"}, {"filter.window": 7}),
     ({"filter": "orthograd"}, {}),
     ({"filter": "grokfast_ema", "opt": "adamlr", "sampler": "epoch"}, {"sampler.batch_size": 10}),
+    ({"sampler": "grad_softmax"}, {"sampler.batch_size": 10}),  # its running gradient norms
 ])
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
     spec = resolve(choices, {"p": 11, "batch_size": 16, "train.steps": 60, "train.eval_every": 10, "patience": None,

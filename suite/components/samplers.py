@@ -84,6 +84,79 @@ class FrequencyAware(Sampler):
         return torch.multinomial(self.weights, self.batch_size, replacement=True, generator=self.generator)
 
 
+@register_sampler("grad_softmax")
+class GradSoftmax(Sampler):
+    """The embedding paper's own frequency-aware proposal (arXiv 2505.15624, Appendix A, eq. 19):
+    token probabilities p_i = softmax(L_i^2 / gamma), L_i bounding token i's embedding-gradient
+    norm. The paper derives it and runs no experiment with it.
+
+    The estimator of L_i (ours; the paper gives none): after every step, token i's row of the
+    embedding gradient, ||dLoss/dE_i||, times batch_size / (the occurrences of i in the batch),
+    is its gradient norm per example; L_i is a running mean of that (decay `beta`) over the
+    steps whose batch holds i, started at its first value. Tokens not yet seen take the mean of
+    the seen ones; before any step every p_i is equal.
+
+    gamma is in units of the current mean of L_i^2 over the tokens (gamma = 1: softmax(L_i^2 /
+    mean L^2)), so one setting works whatever the gradients' scale; the paper leaves gamma free.
+    Only tokens that vary across examples (the numbers, not the operator or '=') have a p_i.
+
+    Examples are drawn with replacement, example e with weight prod over its varying tokens t of
+    p_t / f_t (f_t: t's occurrences in the training inputs), so that each token is drawn with
+    probability ~ p_t: exactly when an example's tokens are independent in the training set
+    (close to it for the random and uniform splits).
+    """
+
+    reads_embedding_grad = True
+
+    def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512, gamma: float = 1.0,
+                 beta: float = 0.99):
+        if data.token_freq is None:
+            raise SuiteError("sampler 'grad_softmax' needs a task that reports token frequencies (a token task)")
+        _check_batch(batch_size, data)
+        if not 0 < gamma < float("inf"):
+            raise SuiteError(f"gamma must be a finite number > 0, got {gamma}")
+        if not 0 <= beta < 1:
+            raise SuiteError(f"beta must be in [0, 1), got {beta}")
+        self.x, freq = data.x_train.flatten(1), data.token_freq
+        self.varies = (freq > 0) & (freq < len(self.x))
+        self.inverse_freq = torch.where(self.varies, 1.0 / freq.clamp(min=1).float(), 1.0)
+        self.batch_size, self.gamma, self.beta, self.generator = batch_size, gamma, beta, generator
+        self.L = torch.zeros(len(freq), device=freq.device)
+        self.seen = torch.zeros(len(freq), dtype=torch.bool, device=freq.device)
+        self.batch = None
+
+    def token_probabilities(self) -> torch.Tensor:
+        """p over the vocabulary (0 for the tokens that do not vary)."""
+        seen = self.seen & self.varies
+        if seen.any():
+            L = torch.where(seen, self.L, self.L[seen].mean())
+            scores = L.square() / (self.gamma * L[self.varies].square().mean().clamp(min=1e-30))
+        else:
+            scores = torch.zeros_like(self.L)
+        return torch.softmax(scores.masked_fill(~self.varies, float("-inf")), 0)
+
+    def next(self) -> torch.Tensor:
+        ratio = torch.where(self.varies, self.token_probabilities() * self.inverse_freq, 1.0)
+        weights = ratio[self.x].prod(1)
+        self.batch = torch.multinomial(weights, self.batch_size, replacement=True, generator=self.generator)
+        return self.batch
+
+    @torch.no_grad()
+    def observe(self, embedding_grad: torch.Tensor) -> None:
+        count = torch.bincount(self.x[self.batch].flatten(), minlength=len(self.L)).float()
+        present = (count > 0) & self.varies
+        per_example = embedding_grad.float().norm(dim=1) * self.batch_size / count.clamp(min=1)
+        running = torch.where(self.seen, self.beta * self.L + (1 - self.beta) * per_example, per_example)
+        self.L = torch.where(present, running, self.L)
+        self.seen |= present
+
+    def state_dict(self) -> dict:  # the last batch is not state: next() draws it before observe() reads it
+        return {"L": self.L.clone(), "seen": self.seen.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.L, self.seen = state["L"].to(self.L.device), state["seen"].to(self.L.device)
+
+
 @register_sampler("epoch")
 class EpochBatches(Sampler):
     """Shuffled epochs: a fresh permutation each epoch cut into batches, the last one short.
