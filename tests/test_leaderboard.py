@@ -375,3 +375,28 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
     assert "from 3 result files" in index and "Toy results: [toy.md](toy.md)." in index
     with pytest.raises(ValueError):
         sections.section("cell", runner="toy")  # cells are training runs'
+
+
+def test_each_split_shows_its_operand_probabilities_in_train_and_test():
+    """The paper's Fig. 8 beside the sampling table, rebuilt from the runs' task settings."""
+    from suite.leaderboard.plots import plot_split_tokens
+    from suite.leaderboard.studies.grokking import split_tokens
+    from suite.spec import resolve
+
+    def cell(split, **extra):
+        task = resolve({}, {"p": 31, "split": split, **extra})["task"]
+        return {f"task.{k}": v for k, v in task.items()}
+
+    probs = dict(split_tokens({s: cell(s) for s in ("skewed", "random", "uniform")}))
+    assert list(probs) == ["uniform", "random", "skewed"]  # the plots' order
+    for split, sets in probs.items():
+        for which in ("train", "test"):
+            assert all(len(p) == 31 and abs(p.sum() - 1) < 1e-6 for p in sets[which])
+    even = 1 / 31
+    assert max(abs(p - even).max() for p in probs["uniform"]["train"] + probs["uniform"]["test"]) < 0.5 * even
+    a_train, a_test = probs["skewed"]["train"][0], probs["skewed"]["test"][0]
+    assert a_train[:10].sum() > 2 * a_train[-10:].sum() and a_test[:10].sum() > 2 * a_test[-10:].sum()
+    assert plot_split_tokens("t", list(probs.items())).startswith(b"\x89PNG")
+    old = {**cell("skewed"), "task.zipf_s": 1.0}  # a run of an older suite: no figure, no failure
+    del old["task.skew"]
+    assert split_tokens({"skewed": old, "random": cell("random")}) is None

@@ -163,6 +163,27 @@ def plot_sampling(title: str, rows: pd.DataFrame, budget: int, split_order: tupl
     return to_png(fig)
 
 
+def plot_split_tokens(title: str, splits: list[tuple[str, dict]]) -> bytes:
+    """The paper's Fig. 8: each split's operand probabilities in the training and the test set.
+    splits: (split name, {"train": (p_a, p_b), "test": (p_a, p_b)}), p_x over the operand's values."""
+    fig = figure(figsize=(10, 1.2 + 2.2 * len(splits)))
+    axes = fig.subplots(len(splits), 2, sharex=True, sharey=True, squeeze=False)
+    for row, (split, sets) in zip(axes, splits):
+        for ax, which in zip(row, ("train", "test")):
+            for i, (operand, probs) in enumerate(zip(("a", "b"), sets[which])):
+                ax.plot(np.arange(len(probs)), probs, label=operand, **style(i))
+            ax.axhline(1 / len(sets[which][0]), color="grey", linewidth=0.8, linestyle=":")
+            ax.set_title(f"split {split}: {which}", fontsize="small")
+            ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("probability")
+    for ax in axes[-1]:
+        ax.set_xlabel("operand value")
+    axes[0, 0].legend(fontsize="small")
+    fig.suptitle(f"{title}\ntoken probabilities of a and b (dotted: even)", fontsize="medium")
+    return to_png(fig)
+
+
 def plot_profile(ratios: pd.DataFrame, scores: pd.DataFrame, tau_max: float) -> bytes:
     fig = figure(figsize=(9, 4.5 + 0.25 * len(scores)))
     ax = fig.subplots()

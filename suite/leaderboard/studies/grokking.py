@@ -8,8 +8,9 @@ import math
 
 import pandas as pd
 
+from suite.errors import SuiteError
 from suite.leaderboard.collect import settings_key
-from suite.leaderboard.plots import plot_c_sweep, plot_sampling
+from suite.leaderboard.plots import plot_c_sweep, plot_sampling, plot_split_tokens
 from suite.leaderboard.sections import Cell, Page, section
 
 SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as the sampling plots list them
@@ -41,11 +42,13 @@ def c_sweep(cell: Cell) -> list:
 @section("page")
 def sampling(page: Page) -> list:
     """Cells that differ only in how the training pairs are drawn (task.split) x methods that differ
-    only in the sampler (name, batch size): one figure per such group with two or more combinations."""
-    col, groups = page.col, {}
+    only in the sampler (name, batch size): one figure per such group with two or more combinations,
+    and beside it each split's token probabilities in train and test (the paper's Fig. 8)."""
+    col, groups, tasks = page.col, {}, {}
     for r in page.rows.itertuples():
         cell = col.cells[r.cell_id]
         where = settings_key({k: v for k, v in cell.items() if k != "task.split"})
+        tasks.setdefault(where, {})[str(cell.get("task.split", "-"))] = cell
         family = settings_key({k: v for k, v in r.settings.items() if not k.startswith("sampler.")})
         groups.setdefault((where, family), []).append(
             {"split": str(cell.get("task.split", "-")), "sampler": r.settings["sampler.name"],
@@ -59,6 +62,36 @@ def sampling(page: Page) -> list:
         if len(df.drop_duplicates(["split", "sampler", "bs"])) < 2:
             continue
         label = entries[0]["family"] + (f", {entries[0]['where']}" if entries[0]["where"] else "")
-        out.append((label, df))
-    return [(f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), SPLIT_ORDER))
-            for label, df in sorted(out, key=lambda item: item[0])]
+        out.append((label, df, tasks[where]))
+    figures = []
+    for label, df, cells in sorted(out, key=lambda item: item[0]):
+        figures.append((f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), SPLIT_ORDER)))
+        if (probs := split_tokens(cells)) and len(probs) > 1:
+            figures.append((f"Token probabilities by split: {label}", label, "split_tokens",
+                            plot_split_tokens(f"{label} (the split of seed 0)", probs)))
+    return figures
+
+
+def split_tokens(cells: dict) -> list | None:
+    """Per split, the operands' value probabilities in the training and test sets of seed 0's split,
+    rebuilt from the task's settings; None for a task that is not built from operand pairs, or
+    whose settings this version no longer takes (runs of an older suite)."""
+    import torch
+
+    from suite.registry import ALL
+
+    out = []
+    for split in sorted(cells, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else 99, s)):
+        cell = cells[split]
+        settings = {k.removeprefix("task."): v for k, v in cell.items() if k.startswith("task.") and k != "task.name"}
+        try:
+            data = ALL["task"].get(cell["task.name"]).build(0, **settings)
+        except (SuiteError, TypeError):
+            return None
+        if data.kind != "tokens" or data.number_tokens is None or data.x_train.shape[1] != 4:
+            return None
+        n = len(data.number_tokens)
+        sets = {which: tuple((torch.bincount(x[:, column], minlength=n)[:n] / len(x)).numpy() for column in (0, 2))
+                for which, x in (("train", data.x_train), ("test", data.x_val))}
+        out.append((split, sets))
+    return out
