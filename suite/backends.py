@@ -25,6 +25,7 @@ from suite.grid import Cell, Grid
 from suite.registry import SuiteError
 from suite.results import headline
 from suite.rundir import RunDir, RunLocked, check_writable, read_json, writable_dir, write_json
+from suite.spec import shared
 
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
 # The local backend's worker processes share the cores: one torch thread each, and OpenMP threads
@@ -92,11 +93,12 @@ def new_submission_dir(root: str | Path, grid_name: str) -> Path:
 
 
 def seed_groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
-    """Indices of the cells that differ only in their seed, in grid order, at most `ensemble`
-    per group: each group trains as one ensemble."""
+    """Indices of the cells that differ only in their seed and their task's settings (suite.spec.
+    shared), in grid order, at most `ensemble` per group: each group trains as one stack (or in
+    parts of equal shapes, when the settings change a tensor's size)."""
     by_rest: dict[str, list[int]] = {}
     for i, cell in enumerate(cells):
-        rest = json.dumps({k: v for k, v in cell.spec.items() if k != "seed"}, sort_keys=True)
+        rest = json.dumps(shared(cell.spec), sort_keys=True)
         by_rest.setdefault(rest, []).append(i)
     return [group[j : j + ensemble] for group in by_rest.values() for j in range(0, len(group), ensemble)]
 

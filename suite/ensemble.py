@@ -32,6 +32,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 
 from suite.registry import ALL
+from suite.spec import shared
 
 
 class Ensemble(nn.Module):
@@ -236,15 +237,17 @@ def _stack_like(tensors: list[torch.Tensor]) -> torch.Tensor:
     return stacked.permute(0, *(order.index(d) + 1 for d in range(first.dim())))
 
 
-def _without_seed(spec: dict) -> dict:
-    return {k: v for k, v in spec.items() if k != "seed"}
+def shapes(model: nn.Module, data) -> tuple:
+    """What must be equal across a stack's members besides `shared`: every tensor's shape."""
+    return (tuple(data.x_train.shape), tuple(data.x_val.shape), tuple(data.val_groups),
+            tuple(tuple(p.shape) for p in model.parameters()), tuple(tuple(b.shape) for b in model.buffers()))
 
 
 def blocker(specs: list[dict], models: list[nn.Module], datas: list) -> str | None:
     """Why these members cannot train as one exact ensemble, or None if they can."""
     first = specs[0]
-    if any(_without_seed(s) != _without_seed(first) for s in specs[1:]):
-        return "the specs differ in more than the seed"
+    if any(shared(s) != shared(first) for s in specs[1:]):
+        return "the specs differ in more than the seed and the task's settings"
     for kind in ("opt", "filter"):
         entry = ALL[kind].get(first[kind]["name"])
         if not entry.info.get("elementwise"):
@@ -258,7 +261,9 @@ def blocker(specs: list[dict], models: list[nn.Module], datas: list) -> str | No
             return f"the model has BatchNorm ({type(module).__name__}), whose statistics are per model"
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
             return "the model has dropout, whose random draws differ from separate runs"
-    shapes = {(d.x_train.shape, d.x_val.shape, tuple(d.val_groups)) for d in datas}
-    if len(shapes) > 1:
-        return "the members' train/val splits differ in size"
+    if len({shapes(m, d) for m, d in zip(models, datas)}) > 1:
+        return SHAPES_DIFFER
     return None
+
+
+SHAPES_DIFFER = "the members' data or models differ in shape"

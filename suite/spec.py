@@ -110,3 +110,10 @@ def task_data(spec: dict):
         raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
                          f"but task '{task.name}' gives {data.kind}")
     return data, model_entry
+
+
+def shared(spec: dict) -> dict:
+    """What the members of one stack have in common: the spec but its seed and its task's settings.
+    Each member brings its own data (operation, split, data seed, ...), so cells that differ
+    there stack as seeds do, as long as the tensors come out the same shapes (suite.ensemble.shapes)."""
+    return {k: ({"name": v["name"]} if k == "task" else v) for k, v in spec.items() if k != "seed"}

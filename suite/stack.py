@@ -88,9 +88,10 @@ def _check_built(kind: str, name: str, obj, base: type) -> None:
 
 
 def build(specs: list[dict], device: torch.device) -> Stack:
-    """Everything a run needs, from its specs (one per seed). Raises SuiteError on bad input,
-    before any file is written. Members that cannot train as one exact ensemble come back as
-    a Stack with no model and a `sequential_reason`."""
+    """Everything a run needs, from its specs (one per member: seeds, or cells that differ in their
+    task's settings). Raises SuiteError on bad input, before any file is written. Members that
+    cannot train as one exact stack come back as a Stack with no model, a `sequential_reason`,
+    and the `parts` that can (members whose tensors have the same shapes; else one each)."""
     members, models = zip(*(build_member(spec, device) for spec in specs))
     members, models = list(members), list(models)
     reason = ensemble.blocker(specs, models, [m.data for m in members])
@@ -103,7 +104,13 @@ def build(specs: list[dict], device: torch.device) -> Stack:
             reason = f"model '{specs[0]['model']['name']}' cannot be vmapped ({type(err).__name__}: " \
                      f"{(str(err).splitlines() or [''])[0]})"
     if reason and len(specs) > 1:
-        return Stack(specs[0], members, None, device, sequential_reason=reason)
+        parts = None
+        if reason == ensemble.SHAPES_DIFFER:  # members of the same shapes can still stack together
+            by_shape: dict = {}
+            for i, (m, model) in enumerate(zip(members, models)):
+                by_shape.setdefault(ensemble.shapes(model, m.data), []).append(i)
+            parts = list(by_shape.values())
+        return Stack(specs[0], members, None, device, sequential_reason=reason, parts=parts)
     if reason:  # a single run never needs the stack: the plain model
         model = Ensemble(models, stacked=False)
     return Stack(specs[0], members, model, device)
@@ -111,9 +118,11 @@ def build(specs: list[dict], device: torch.device) -> Stack:
 
 class Stack:
     def __init__(self, spec: dict, members: list[Member], model: Ensemble | None, device: torch.device,
-                 sequential_reason: str | None = None):
+                 sequential_reason: str | None = None, parts: list[list[int]] | None = None):
         self.members, self.live, self.model, self.device = members, list(members), model, device
         self.spec, self.sequential_reason = spec, sequential_reason
+        # the members that can stack among themselves (same shapes); None: one by one
+        self.parts = parts or [[i] for i in range(len(members))]
         self.cfg = TrainConfig(**spec["train"])
         self.loss_fn = LOSSES[self.cfg.loss]
         if model is not None:

@@ -6,9 +6,10 @@ A checkpoint holds everything that changes during training (model, optimizer, fi
 generator, step), so a run that is killed and resumed writes the same numbers as one that
 never stopped.
 
-Several specs that differ only in their seed train together as one ensemble (K members,
-parameters stacked, forward vmapped: suite/ensemble.py) when that is exact, and one after
-the other otherwise. Every member keeps its own data, batches, run dir, milestones and
+Several specs that differ only in their seed and their task's settings (operation, split,
+data seed, ...) train together as one stack (K members, parameters stacked, forward vmapped:
+suite/ensemble.py) when that is exact and their tensors have the same shapes; in parts of
+equal shapes, or one after the other, otherwise. Every member keeps its own data, batches, run dir, milestones and
 early stop; a single run is the ensemble of one. What is done to the members besides this
 loop (resume, evaluate, checkpoint, leave the stack, finish) is suite/stack.py's.
 """
@@ -46,8 +47,9 @@ def resolve_device(name: str = "auto") -> torch.device:
 def train(specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None,
           compile: bool = False) -> list[dict]:
     """Train specs into their run dirs and return their results (each also written to its
-    run_dir/result.json). One spec is one run; specs that differ only in the seed are one
-    ensemble, or run one after the other when that would not be exact. compile: the training
+    run_dir/result.json). One spec is one run; specs that differ only in the seed and the task's
+    settings are one stack, or train in parts (or one after the other) where that would not be
+    exact. compile: the training
     step's forward through torch.compile (evaluation stays eager: its shapes vary)."""
     trackers = trackers or [None] * len(specs)
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
@@ -55,13 +57,13 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     torch.set_flush_denormal(True)
     stack = build(specs, device)  # fails on bad input before anything is written
     if stack.sequential_reason:
-        return one_by_one(specs, run_dirs, device, trackers, compile, stack.sequential_reason)
+        return in_parts(specs, run_dirs, device, trackers, compile, stack.sequential_reason, stack.parts)
     start = stack.claim(run_dirs, trackers)
     if start is None:  # finished by another process meanwhile, or the seeds were resumed apart
         if len(specs) == 1:
             return [read_json(Path(run_dirs[0]) / "result.json")]
-        return one_by_one(specs, run_dirs, device, trackers, compile,
-                          "some finished meanwhile, or they stand at different steps")
+        return in_parts(specs, run_dirs, device, trackers, compile,
+                        "some finished meanwhile, or they stand at different steps", [[i] for i in range(len(specs))])
     cfg, K, how = stack.cfg, len(specs), provenance(len(specs), device, compile)
     forward = torch.compile(stack.model) if compile else stack.model
     progress = Progress(cfg.steps, start, spec_id(specs[0])[:8] + (f" x{K}" if K > 1 else ""))
@@ -95,10 +97,17 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     return [m.result for m in stack.members]
 
 
-def one_by_one(specs, run_dirs, device, trackers, compile, reason: str) -> list[dict]:
-    """The members trained as separate runs, one after the other, with the reason said once."""
-    print(f"{len(specs)} seeds run one after the other: {reason}", file=sys.stderr)
-    return [train([s], [d], device, [t], compile)[0] for s, d, t in zip(specs, run_dirs, trackers)]
+def in_parts(specs, run_dirs, device, trackers, compile, reason: str, parts: list[list[int]]) -> list[dict]:
+    """The members trained in parts that can stack (or one by one), one part after the other,
+    with the reason said once."""
+    how = "one after the other" if all(len(part) == 1 for part in parts) else f"in {len(parts)} stacks of equal shapes"
+    print(f"{len(specs)} runs train {how}: {reason}", file=sys.stderr)
+    results = [None] * len(specs)
+    for part in parts:
+        done = train([specs[i] for i in part], [run_dirs[i] for i in part], device, [trackers[i] for i in part], compile)
+        for i, result in zip(part, done):
+            results[i] = result
+    return results
 
 
 class _StopFlag:

@@ -161,7 +161,7 @@ def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp
     specs = [resolve({"model": "_gru"}, TINY, seed) for seed in (0, 1)]
     together = train(specs, [tmp_path / "a0", tmp_path / "a1"], torch.device("cpu"))
     err = capsys.readouterr().err
-    assert re.search(r"^2 seeds run one after the other: model '_gru' cannot be vmapped \(RuntimeError: "
+    assert re.search(r"^2 runs train one after the other: model '_gru' cannot be vmapped \(RuntimeError: "
                      r"Batching rule not implemented for aten::gru", err, re.M), err
     alone = [train([spec], [tmp_path / f"b{spec['seed']}"], torch.device("cpu"))[0] for spec in specs]
     for a, b in zip(together, alone):

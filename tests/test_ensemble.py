@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from conftest import TINY_FIXED, PreemptAt, run_cli
-from suite.ensemble import blocker, split_state, stack_states
+from suite.ensemble import SHAPES_DIFFER, blocker, split_state, stack_states
 from suite.spec import canonical, resolve
 from suite.train import Preempted, train
 
@@ -94,7 +94,7 @@ def test_a_preempted_ensemble_resumes_to_the_same_numbers_and_its_members_can_re
 def test_what_cannot_be_exact_runs_one_after_the_other_and_says_why(tmp_path, capsys):
     specs = _specs({"opt": "adamlr_adaptive"}, {**SMALL, "d": 16, "hidden": 32, "every": 5}, seeds=(0, 1))
     together = train(specs, [tmp_path / "a", tmp_path / "b"], CPU)
-    assert "2 seeds run one after the other: optimizer 'adamlr_adaptive' is not elementwise" in capsys.readouterr().err
+    assert "2 runs train one after the other: optimizer 'adamlr_adaptive' is not elementwise" in capsys.readouterr().err
     assert [r["ensemble_size"] for r in together] == [1, 1]
     (alone,) = train([specs[1]], [tmp_path / "c"], CPU)
     assert _metrics(tmp_path / "b") == _metrics(tmp_path / "c")
@@ -103,8 +103,14 @@ def test_what_cannot_be_exact_runs_one_after_the_other_and_says_why(tmp_path, ca
 def test_blocker_names_each_reason():
     mlp = _specs({}, SMALL, seeds=(0, 1))
     assert blocker(mlp, [nn.Linear(2, 2)], []) is None
-    assert blocker([mlp[0], resolve({}, {**SMALL, "p": 13}, 1)], [nn.Linear(2, 2)], []) == \
-        "the specs differ in more than the seed"
+    assert blocker([mlp[0], resolve({}, {**SMALL, "lr": 0.5}, 1)], [nn.Linear(2, 2)], []) == \
+        "the specs differ in more than the seed and the task's settings"
+    other_p = resolve({}, {**SMALL, "p": 13}, 1)  # a task setting: allowed, but here it changes every shape
+    from suite.tasks.modular import modular
+
+    datas = [modular(0, p=11, train_frac=0.5, test_frac=0.3), modular(1, p=13, train_frac=0.5, test_frac=0.3)]
+    assert blocker([mlp[0], other_p], [nn.Linear(2, 2)] * 2, datas) == SHAPES_DIFFER
+    assert blocker([mlp[0], other_p], [nn.Linear(2, 2), nn.Linear(2, 3)], datas[:1] * 2) == SHAPES_DIFFER
     assert "orthograd" in blocker(_specs({"filter": "orthograd"}, SMALL, (0, 1)), [nn.Linear(2, 2)], [])
     assert "BatchNorm" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))], [])
     assert "dropout" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1))], [])
@@ -194,3 +200,67 @@ def test_compile_trains_the_same_cell_to_float_rounding_and_is_recorded(tmp_path
         e, c = json.loads(Path(e_path).read_text()), json.loads(Path(c_path).read_text())
         assert (e["compiled"], c["compiled"]) == (False, True)
         assert c["final_train_loss"] == pytest.approx(e["final_train_loss"], rel=1e-4)  # fused kernels round differently
+
+
+# Cells that differ in their task's settings (operation, split, data seed) stack like seeds.
+CROSS = [({"op": op, "split": split}, seed) for op in ("add", "mul") for split in ("random", "uniform") for seed in (0, 1)]
+
+
+def _cross_specs(choices, settings):
+    return [resolve(choices, {**settings, **task}, seed) for task, seed in CROSS]
+
+
+@pytest.mark.parametrize("choices,settings", [
+    ({}, {"d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "patience": 0}),  # with early stops
+    ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
+])
+def test_cells_that_differ_in_their_task_stack_and_each_equals_its_separate_run(tmp_path, choices, settings):
+    specs = _cross_specs(choices, {**SMALL, **settings})
+    together = train(specs, [tmp_path / "stack" / str(i) for i in range(len(specs))], CPU)
+    assert {r["ensemble_size"] for r in together} == {len(specs)}
+    for i, spec in enumerate(specs):
+        (alone,) = train([spec], [tmp_path / "alone" / str(i)], CPU)
+        assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
+        assert _same_result(together[i], alone)
+        assert json.loads((tmp_path / "stack" / str(i) / "spec.json").read_text()) == canonical(spec)
+    assert len({_metrics(tmp_path / "stack" / str(i)) for i in range(len(specs))}) == len(specs)
+    if "target" in settings:
+        assert len({r["steps"] for r in together}) > 1  # members stopped at different steps
+
+
+def test_a_preempted_cross_cell_stack_resumes_to_the_same_numbers(tmp_path):
+    specs = _cross_specs({"opt": "adamlr"}, {**SMALL, "d": 16, "hidden": 32, "patience": None})
+    n = len(specs)
+    whole = train(specs, [tmp_path / "whole" / str(i) for i in range(n)], CPU)
+    cut = [tmp_path / "cut" / str(i) for i in range(n)]
+    with pytest.raises(Preempted):
+        train(specs, cut, CPU, [PreemptAt(30)] + [None] * (n - 1))
+    resumed = train(specs, cut, CPU)
+    for i in range(n):
+        assert _metrics(cut[i]) == _metrics(tmp_path / "whole" / str(i))
+        assert resumed[i]["final_val_loss"] == whole[i]["final_val_loss"]
+
+
+def test_cells_whose_task_changes_a_shape_stack_in_parts_of_equal_shapes(tmp_path, capsys):
+    """a/b leaves out b = 0, so its training set is smaller: add and mul stack, div on its own."""
+    specs = [resolve({}, {**SMALL, "d": 16, "hidden": 32, "op": op}, 0) for op in ("add", "div", "mul")]
+    together = train(specs, [tmp_path / op for op in ("add", "div", "mul")], CPU)
+    assert "3 runs train in 2 stacks of equal shapes: the members' data or models differ in shape" in capsys.readouterr().err
+    assert [r["ensemble_size"] for r in together] == [2, 1, 2]
+    (alone,) = train([specs[1]], [tmp_path / "div-alone"], CPU)
+    assert _metrics(tmp_path / "div") == _metrics(tmp_path / "div-alone")
+
+
+def test_a_grid_groups_cells_that_differ_in_their_task_into_one_stack(tmp_path):
+    from suite.backends import seed_groups
+    from suite.grid import load
+
+    grid = tmp_path / "g.toml"
+    grid.write_text('name = "g"\n[fixed]\np = 11\n[axes]\nop = ["add", "mul"]\nlr = [0.001, 0.01]\nseed = [0, 1]\n')
+    cells = load(grid).cells
+    groups = seed_groups(cells, ensemble=8)
+    assert sorted(len(g) for g in groups) == [4, 4]  # per lr: both operations x both seeds
+    for group in groups:
+        assert len({cells[i].spec["opt"]["lr"] for i in group}) == 1
+        assert len({cells[i].spec["task"]["op"] for i in group}) == 2
+    assert sorted(len(g) for g in seed_groups(cells, ensemble=3)) == [1, 1, 3, 3]
