@@ -59,14 +59,19 @@ class ResNet18(nn.Module):
     """torchvision ResNet-18, classes from the task; small images get a 3x3 stride-1 stem, no max-pool."""
 
     def __init__(self, data: TaskData, *, stem: Literal["auto", "small", "imagenet"] = "auto",
-                 weights: Optional[str] = None):
+                 weights: Optional[str] = None, n_outputs: Optional[int] = None):
         super().__init__()
         channels, height, width = data.x_train.shape[1:]
         if channels not in (1, 3):
             raise SuiteError(f"resnet18 takes 1 (gray) or 3 (RGB) channel images, got {channels}")
+        # n_outputs: the classifier's width, the task's classes by default. Grokking-Insight's fc
+        # has 52 outputs for the polygons' 49 labels (0..48): the extra ones are never a target,
+        # so training only pushes their logits down; they take softmax mass and could win an argmax.
+        if n_outputs is not None and n_outputs < data.n_classes:
+            raise SuiteError(f"n_outputs must be at least the task's {data.n_classes} classes, got {n_outputs}")
         import torchvision  # here, not at the top: it imports torch._dynamo, ~1.6 s of every run's start-up
 
-        self.net = torchvision.models.resnet18(weights=None, num_classes=data.n_classes)
+        self.net = torchvision.models.resnet18(weights=None, num_classes=n_outputs or data.n_classes)
         if stem == "small" or (stem == "auto" and max(height, width) <= SMALL_IMAGE):
             self.net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
             nn.init.kaiming_normal_(self.net.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision

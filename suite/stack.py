@@ -123,6 +123,9 @@ class Stack:
         self.spec, self.sequential_reason = spec, sequential_reason
         # the members that can stack among themselves (same shapes); None: one by one
         self.parts = parts or [[i] for i in range(len(members))]
+        # Each member's correct predictions on the batches it trained on since the last evaluation
+        # (train mode, before the update): Grokking-Insight's train accuracy, `train_acc_running`.
+        self.running_correct, self.running_seen = None, 0
         self.cfg = TrainConfig(**spec["train"])
         self.loss_fn = LOSSES[self.cfg.loss]
         if model is not None:
@@ -153,6 +156,8 @@ class Stack:
             m.metrics_file = m.run_dir.restart_metrics(history)
         self.x_train, self.y_train, self.x_val, self.y_val = (
             torch.stack([getattr(m.data, k) for m in self.live]) for k in ("x_train", "y_train", "x_val", "y_val"))
+        if self.running_correct is None:  # not restored from checkpoints
+            self.running_correct = torch.zeros(len(self.live), dtype=torch.long, device=self.device)
         return start
 
     def _resume(self, run_dirs: list[Path], trackers: list) -> tuple[int, list[list[dict]]] | None:
@@ -191,6 +196,9 @@ class Stack:
             m.generator.set_state(state["generator"].cpu())
             m.wall_before = float(state["wall_s"])
         set_rng_states(states[0], self.device)  # torch's global RNG, for anything that draws from it
+        running = [s.get("running", (0, 0)) for s in states]  # (correct, seen); older checkpoints have none
+        self.running_correct = torch.tensor([c for c, _ in running], dtype=torch.long, device=self.device)
+        self.running_seen = running[0][1]
 
     # --- train ------------------------------------------------------------------------------------
 
@@ -204,6 +212,8 @@ class Stack:
         rows = torch.arange(len(self.live), device=self.device)[:, None]  # member i's batch from member i's data
         y = self.y_train[rows, batch]
         logits = forward(self.x_train[rows, batch])
+        self.running_correct += (logits.detach().argmax(-1) == y).sum(1)
+        self.running_seen += y.shape[1]
         loss = self.loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -237,6 +247,8 @@ class Stack:
                       "val_loss": val_loss[i], "val_acc": val_correct[i].float().mean().item()}
             for name, mask in m.data.val_groups.items():
                 record[f"val_acc_{name}"] = val_correct[i][mask].float().mean().item()
+            if self.running_seen:
+                record["train_acc_running"] = self.running_correct[i].item() / self.running_seen
             record |= progress_measures(self.model.member(i), m.data)
             if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:  # K == 1 (blocker)
                 record |= hessian_measures(self.model.alone(), m.data.x_train, m.data.y_train, self.loss_fn,
@@ -246,6 +258,8 @@ class Stack:
                 for moment, reached in (("memorization", m.milestones.memorization_step), ("grok", m.milestones.grok_step)):
                     if reached == step:
                         weights.save(m.run_dir.path, moment, self.model.member_state_dicts()[i], step)
+        self.running_correct.zero_()
+        self.running_seen = 0
 
     def stop_reason(self, m: Member, step: int) -> str | None:
         """Why m stops at this evaluation ("diverged", "target held"), or None."""
@@ -271,8 +285,8 @@ class Stack:
         self.optimizer, self.grad_filter = optimizer_and_filter(self.spec, self.model)
         self.optimizer.load_state_dict(self.model.join([opt_states[i] for i in keep]))
         self.grad_filter.load_state_dict(self.model.join([filter_states[i] for i in keep]))
-        self.x_train, self.y_train, self.x_val, self.y_val = (
-            t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val))
+        self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct = (
+            t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct))
 
     def checkpoint(self, step: int, wall_share: float) -> None:
         """One checkpoint per live member, each in the format of a separate run."""
@@ -284,6 +298,7 @@ class Stack:
                 "model": models[i], "optimizer": optimizers[i], "filter": filters[i],
                 "sampler": m.sampler.state_dict(), "generator": m.generator.get_state(),
                 **rng_states(self.device), "step": step, "wall_s": m.wall_before + wall_share,
+                "running": (int(self.running_correct[i]), self.running_seen),
             })
 
     def release(self) -> None:

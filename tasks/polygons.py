@@ -9,15 +9,17 @@ so labels are 0 or 3..48 (49 classes). A random train_frac of the images is trai
 Geometry as their code draws it: vertex k of an n-gon sits at angle 2*pi*k/n from the
 cell's centre. Their radius clamp compares every centre with the first cell's bounds, so
 the top-left polygon has radius 46 while the other three get radius -56: drawn rotated by
-180 degrees, with a vertex touching the cell's edge. We reproduce that picture (without
-their JPEG compression). Other resolutions are that picture area-averaged down (or drawn
-on a canvas that many times larger, lines as thick), so a 32 px image is the paper's image
-seen at 32 px: thin lines become gray, and nothing is redrawn differently.
+180 degrees, with a vertex touching the cell's edge. We reproduce that picture; the
+default pipeline leaves out their JPEG compression and transform, pipeline=insight applies
+them. Other resolutions are that picture area-averaged down (or drawn on a canvas that many
+times larger, lines as thick), so a 32 px image is the paper's image seen at 32 px: thin
+lines become gray, and nothing is redrawn differently.
 
 Rendering all images takes a few seconds; the result is cached on disk, one file per
 resolution, in $SUITE_CACHE (default ~/.cache/grokking-suite), written atomically so
 concurrent runs are safe. Images are kept as uint8 (N, 1, H, W) gray pixels: at 224 px
-that is 735 MB instead of 8.8 GB of float RGB; models convert them.
+that is 735 MB instead of 8.8 GB of float RGB; models convert them (pipeline=insight keeps
+their three JPEG channels: 2.2 GB at 224 px).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import io
 import itertools
 import math
 import sys
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -67,7 +69,26 @@ def render(cells: Sequence[int], resolution: int) -> np.ndarray:
             draw.line([centre, vertex], fill=0, width=scale)
     if image.size[0] != resolution:
         image = image.resize((resolution, resolution), Image.Resampling.BOX)  # area average
-    return np.asarray(image)
+    return np.array(image)
+
+
+def insight_image(cells: Sequence[int], resolution: int = CANVAS) -> np.ndarray:
+    """One image as Grokking-Insight trained on it, (resolution, resolution, 3) uint8 RGB: their
+    224 px RGB picture saved as JPEG (PIL's default quality, 75, as their data_gen.py saves it)
+    and read back, then their transform's Resize(256) (bilinear, as torchvision does on a PIL
+    image) and CenterCrop(224), which cuts 16 px off every side of the upscaled picture. Their
+    ToTensor and ImageNet normalisation happen in the model (resnet18), on the uint8 pixels. At
+    another resolution the 224 px result is area-averaged down (ours: they ran 224 px only)."""
+    image = Image.fromarray(render(cells, CANVAS)).convert("RGB")
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG")
+    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    image = image.resize((256, 256), Image.Resampling.BILINEAR)
+    margin = round((256 - CANVAS) / 2)
+    image = image.crop((margin, margin, margin + CANVAS, margin + CANVAS))
+    if resolution != CANVAS:
+        image = image.resize((resolution, resolution), Image.Resampling.BOX)
+    return np.array(image)
 
 
 def all_cells() -> torch.Tensor:
@@ -75,10 +96,12 @@ def all_cells() -> torch.Tensor:
     return torch.tensor(list(itertools.product(SIDES, repeat=4)))
 
 
-def load_images(resolution: int) -> torch.Tensor:
-    """All 14,641 images as uint8 (N, 1, resolution, resolution): from the cache, or rendered once."""
-    path = cache_dir() / f"polygons-v{RENDER_VERSION}-{resolution}px.pt"
-    expected = (len(SIDES) ** 4, 1, resolution, resolution)
+def load_images(resolution: int, pipeline: str = "suite") -> torch.Tensor:
+    """All 14,641 images as uint8 (N, C, resolution, resolution), C = 1 (suite) or 3 (insight):
+    from the cache, or rendered once."""
+    name = "polygons" if pipeline == "suite" else f"polygons-{pipeline}"
+    path = cache_dir() / f"{name}-v{RENDER_VERSION}-{resolution}px.pt"
+    expected = (len(SIDES) ** 4, 1 if pipeline == "suite" else 3, resolution, resolution)
     if path.exists():
         try:
             images = torch.load(path, weights_only=True)
@@ -88,7 +111,11 @@ def load_images(resolution: int) -> torch.Tensor:
             pass
         print(f"polygons: cache {path} is unreadable; rendering again", file=sys.stderr)
     print(f"polygons: rendering {expected[0]} images at {resolution} px into {path} (once)", file=sys.stderr)
-    images = torch.from_numpy(np.stack([render(c, resolution) for c in all_cells().tolist()]))[:, None]
+    if pipeline == "suite":
+        images = torch.from_numpy(np.stack([render(c, resolution) for c in all_cells().tolist()]))[:, None]
+    else:
+        images = torch.from_numpy(np.stack([insight_image(c, resolution) for c in all_cells().tolist()])).permute(0, 3, 1, 2)
+        images = images.contiguous()
     buffer = io.BytesIO()
     torch.save(images, buffer)
     try:
@@ -101,8 +128,16 @@ def load_images(resolution: int) -> torch.Tensor:
 
 @register_task("polygons")
 def polygons(seed: int, *, resolution: int = 32, train_frac: float = 0.25, n_val: Optional[int] = None,
-             data_seed: Optional[int] = None) -> TaskData:
-    """2x2 grid of regular polygons (Grokking-Insight); label = total number of sides."""
+             data_seed: Optional[int] = None, pipeline: Literal["suite", "insight"] = "suite") -> TaskData:
+    """2x2 grid of regular polygons (Grokking-Insight); label = total number of sides. pipeline=insight: their JPEG + transform.
+
+    pipeline="suite": the clean picture, gray, one channel, area-averaged to `resolution`.
+    pipeline="insight": what their ResNet trained on (insight_image): RGB, a JPEG round trip,
+    Resize(256) + CenterCrop(224); at 224 px that is their input exactly, at other resolutions
+    it is area-averaged down (ours). Their split is train_frac 0.25: 3,660 images trained on,
+    the other 10,981 the test set; theirs was drawn unseeded (torch random_split), ours by the
+    run's seed (or data_seed). Their 52-way classifier is resnet18's n_outputs=52.
+    """
     if not 8 <= resolution <= 1024:
         raise SuiteError(f"resolution must be in [8, 1024] px, got {resolution}")
     if not 0 < train_frac < 1:
@@ -114,7 +149,7 @@ def polygons(seed: int, *, resolution: int = 32, train_frac: float = 0.25, n_val
     n_train = int(train_frac * total)  # 0.25 -> 3,660 as in the paper
     if n_val is not None and not 0 < n_val <= total - n_train:
         raise SuiteError(f"n_val must be in [1, {total - n_train}] (the images not trained on), got {n_val}")
-    images, labels = load_images(resolution), cells.sum(dim=1)
+    images, labels = load_images(resolution, pipeline), cells.sum(dim=1)
     g = torch.Generator().manual_seed(seed if data_seed is None else data_seed)
     perm = torch.randperm(total, generator=g)
     train = perm[:n_train].sort().values
@@ -122,5 +157,5 @@ def polygons(seed: int, *, resolution: int = 32, train_frac: float = 0.25, n_val
     return TaskData(
         x_train=images[train], y_train=labels[train], x_val=images[val], y_val=labels[val], kind="image",
         n_classes=N_CLASSES,
-        info={"n_train": len(train), "n_val": len(val), "n_images": total, "resolution": resolution},
+        info={"n_train": len(train), "n_val": len(val), "n_images": total, "resolution": resolution, "pipeline": pipeline},
     )

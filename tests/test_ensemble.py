@@ -264,3 +264,18 @@ def test_a_grid_groups_cells_that_differ_in_their_task_into_one_stack(tmp_path):
         assert len({cells[i].spec["opt"]["lr"] for i in group}) == 1
         assert len({cells[i].spec["task"]["op"] for i in group}) == 2
     assert sorted(len(g) for g in seed_groups(cells, ensemble=3)) == [1, 1, 3, 3]
+
+
+def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation(tmp_path):
+    """Grokking-Insight's train accuracy: the batches as trained on (train mode, before each
+    update), here over every step since the last evaluation. With the full batch and an evaluation
+    every step it is the previous evaluation's train accuracy (this MLP has no dropout or BatchNorm)."""
+    settings = {k: v for k, v in SMALL.items() if k != "batch_size"}
+    spec = resolve({"sampler": "full"}, {**settings, "d": 16, "hidden": 32, "eval_every": 1, "train.steps": 30,
+                                         "patience": None})
+    train([spec], [tmp_path / "full"], CPU)
+    records = [json.loads(line) for line in _metrics(tmp_path / "full").splitlines()]
+    assert "train_acc_running" not in records[0]  # nothing trained yet
+    for before, now in zip(records, records[1:]):
+        assert now["train_acc_running"] == pytest.approx(before["train_acc"], abs=1e-6)
+    assert len({r["train_acc"] for r in records}) > 3  # it did change along the way

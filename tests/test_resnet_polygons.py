@@ -16,7 +16,7 @@ from suite.registry import SuiteError
 from suite.spec import resolve
 from suite.stack import build
 from suite.train import train
-from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, load_images, polygons, render
+from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, insight_image, load_images, polygons, render
 
 RES = 16  # the dataset is rendered once per session at this size (a few seconds)
 
@@ -79,7 +79,7 @@ def test_dataset_size_split_and_classes(data):
     assert data.x_train.dtype == torch.uint8
     labels = set(torch.cat([data.y_train, data.y_val]).tolist())
     assert labels == {0} | set(range(3, 49))
-    assert data.info == {"n_train": 3660, "n_val": 10_981, "n_images": 14_641, "resolution": RES}
+    assert data.info == {"n_train": 3660, "n_val": 10_981, "n_images": 14_641, "resolution": RES, "pipeline": "suite"}
     again = polygons(0, resolution=RES)
     assert torch.equal(again.x_train, data.x_train) and torch.equal(again.y_val, data.y_val)
     other = polygons(1, resolution=RES)
@@ -187,3 +187,46 @@ def _images(size):
 
     x = torch.zeros(2, 1, size, size, dtype=torch.uint8)
     return TaskData(x, torch.zeros(2, dtype=torch.long), x, torch.zeros(2, dtype=torch.long), "image", 49)
+
+
+def dark_box(image: np.ndarray) -> tuple[int, int, int, int]:
+    rows, cols = np.nonzero(image < 128)
+    return rows.min(), rows.max(), cols.min(), cols.max()
+
+
+def test_insight_images_are_their_jpeg_resized_and_center_cropped():
+    """Grokking-Insight's input: RGB, JPEG round trip, Resize(256) then CenterCrop(224)."""
+    clean = render((5, 0, 0, 0), CANVAS)  # one pentagon in the top-left cell
+    theirs = insight_image((5, 0, 0, 0))
+    assert theirs.shape == (224, 224, 3) and theirs.dtype == np.uint8
+    gray = theirs.astype(int).mean(-1)
+    assert np.abs(theirs.astype(int) - gray[..., None]).max() <= 8  # gray content in three JPEG channels
+    grays = ((gray > 20) & (gray < 235)).sum()
+    assert grays > 2 * ((clean > 20) & (clean < 235)).sum()  # JPEG and resampling blur the black lines
+    # The crop keeps the middle of the picture scaled by 256 / 224 around the centre (112, 112):
+    for ours, seen in zip(dark_box(clean), dark_box(gray)):
+        assert abs(max(0, (ours - 112) * 256 / 224 + 112) - seen) <= 2, (dark_box(clean), dark_box(gray))
+    small = insight_image((5, 0, 0, 0), 16)
+    assert small.shape == (16, 16, 3)
+
+
+def test_insight_pipeline_dataset_and_their_52_way_head(cache, monkeypatch):
+    few = all_cells()[:40]
+    monkeypatch.setattr(polygons_module, "all_cells", lambda: few)  # 40 images, not 14,641
+    data = polygons(0, resolution=RES, pipeline="insight", train_frac=0.25)
+    assert data.x_train.shape == (10, 3, RES, RES) and data.info["pipeline"] == "insight"
+    images = load_images(RES, "insight")
+    assert images.shape == (40, 3, RES, RES)
+    assert torch.equal(images[7].permute(1, 2, 0), torch.from_numpy(insight_image(few[7].tolist(), RES)))
+    assert (cache / f"polygons-insight-v{polygons_module.RENDER_VERSION}-{RES}px.pt").exists()
+    model = ResNet18(data, n_outputs=52)
+    assert model(data.x_train[:2]).shape == (2, 52)
+    with pytest.raises(SuiteError, match="n_outputs must be at least the task's 49 classes"):
+        ResNet18(data, n_outputs=48)
+
+
+def test_their_epochs_of_200_end_in_a_short_batch(data):
+    sampler = build([resolve({"task": "polygons", "model": "mlp", "sampler": "epoch"},
+                             {"resolution": RES, "batch_size": 200, "hidden": 8})], torch.device("cpu")).members[0].sampler
+    sizes = [len(sampler.next()) for _ in range(19)]
+    assert sizes == [200] * 18 + [60]  # 3,660 images: 19 steps an epoch
