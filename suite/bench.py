@@ -108,11 +108,11 @@ def sync(device: torch.device) -> None:
 
 # --- 1. the limit ----------------------------------------------------------------------------
 
-def matmul_rates(device: torch.device, sizes, min_s: float) -> dict[str, float]:
-    """Best sustained fp32 FLOP/s per size: the best of 3 rounds of back-to-back products lasting min_s each."""
+def matmul_rates(device: torch.device, sizes, min_s: float, dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Best sustained FLOP/s per size: the best of 3 rounds of back-to-back products lasting min_s each."""
     per_size = {}
     for n in sizes:
-        a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
         torch.mm(a, b)  # warm-up: allocation, kernel choice
         best = 0.0
         for _ in range(3):
@@ -127,8 +127,23 @@ def matmul_rates(device: torch.device, sizes, min_s: float) -> dict[str, float]:
                     break
             best = max(best, count * 2 * n**3 / elapsed)
         per_size[str(n)] = best
-        log(f"matmul {n}x{n}: {best / 1e9:.1f} GFLOP/s")
+        log(f"matmul {n}x{n} {str(dtype).removeprefix('torch.')}: {best / 1e9:.1f} GFLOP/s")
     return per_size
+
+
+def lower_precision_limits(device: torch.device, sizes, min_s: float) -> dict:
+    """On a GPU, the limits a run with precision TF32 or bf16 would be held to: the best FLOP/s of
+    fp32 products computed in TF32, and of bf16 products. None on a CPU (no such units here)."""
+    if device.type != "cuda":
+        return {}
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        rates = {"tf32": matmul_rates(device, sizes, min_s)}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    rates["bfloat16"] = matmul_rates(device, sizes, min_s, torch.bfloat16)
+    return {name: max(r.values()) for name, r in rates.items()}
 
 
 def matmul_limit(passes: list[dict[str, float]]) -> dict:
@@ -389,7 +404,8 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
     with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
         root = Path(tmp)
         sections = {
-            "matmul": lambda: matmul_limit(passes + [matmul_rates(device, options.matmul_sizes, options.matmul_min_s)]),
+            "matmul": lambda: matmul_limit(passes + [matmul_rates(device, options.matmul_sizes, options.matmul_min_s)])
+            | {"lower_precision_limit_flop_per_s": lower_precision_limits(device, options.matmul_sizes, options.matmul_min_s)},
             "plain": lambda: plain_section(options, root / "plain"),
             "steps": lambda: step_section(device, options, root / "steps"),
             "ensembles": lambda: ensemble_section(device, options, root / "ensembles"),
@@ -480,6 +496,8 @@ def format_report(report: dict) -> str:
         sizes = ", ".join(f"{n}: {_g(v)}" for n, v in m["per_size_flop_per_s"].items())
         lines += ["", f"matmul limit (fp32, best sustained, best of a pass at the start and one at the end): "
                       f"{_g(m['limit_flop_per_s'])}   [{sizes}]"]
+        for name, rate in m.get("lower_precision_limit_flop_per_s", {}).items():
+            lines.append(f"matmul limit ({name}): {_g(rate)}")
     if "plain" in report:
         p = report["plain"]
         lines += ["", f"a single run vs a plain PyTorch loop: {p['cell']}, p = {p['p']}, {p['steps']} steps, evaluating "
