@@ -122,12 +122,18 @@ class Ensemble(nn.Module):
         return self.stacked(self._coupled) if self._coupled else None
 
     @torch.no_grad()
-    def finite(self) -> list[bool]:
-        """Per member: are all its parameters finite? One sum per tensor and member: a sum is finite
-        only if its terms are (or overflows near 1e38, which counts as diverged too)."""
+    def finite(self) -> torch.Tensor:
+        """Per member [K]: are all its parameters finite? One sum per tensor and member: a sum is
+        finite only if its terms are (or overflows near 1e38, which counts as diverged too)."""
         per_member = [p.unsqueeze(0) if self.single is not None else p for p in self.parameters()]
         total = sum(p.sum(dim=list(range(1, p.dim()))) if p.dim() > 1 else p for p in per_member)
-        return torch.isfinite(total).tolist()
+        return torch.isfinite(total)
+
+    def stacked_weights(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """E and W with the member axis first (a single model's get one), detached."""
+        E, W = self.embedding_weight, self.coupled_weight
+        lead = (lambda t: t.detach()[None]) if self.single is not None else (lambda t: t.detach())  # noqa: E731
+        return (None if E is None else lead(E)), (None if W is None else lead(W))
 
     def member(self, i: int):
         """Member i, as much of a model as the progress measures read (its E and W)."""

@@ -33,8 +33,9 @@ LOSSES = {"ce": F.cross_entropy, "stablemax": stablemax_cross_entropy}  # by tra
 
 
 @torch.no_grad()
-def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[list[float], torch.Tensor]:
-    """Per member: the mean loss, and the correctness of every example, over a whole split.
+def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per member: the mean loss [K], and the correctness of every example [K, n], over a whole
+    split, left on the device (the caller reads everything back at once).
 
     x is [K, n, ...] (member axis first), y [K, n]; the model maps x to logits [K, n, classes].
     Chunks of batch_size examples per member keep memory bounded.
@@ -44,7 +45,16 @@ def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[list[float], torch.
         logits, target = model(x[:, i : i + batch_size]), y[:, i : i + batch_size]
         total = total + loss_fn(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape).sum(1)
         correct.append(logits.argmax(-1) == target)
-    return (total / x.shape[1]).tolist(), torch.cat(correct, dim=1)
+    return total / x.shape[1], torch.cat(correct, dim=1)
+
+
+def to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors on the CPU, with one synchronisation: on a GPU every copy is queued, then waited for once."""
+    if not tensors or tensors[0].device.type != "cuda":
+        return [t.cpu() for t in tensors]
+    copies = [t.to("cpu", non_blocking=True) for t in tensors]
+    torch.cuda.synchronize(tensors[0].device)
+    return copies
 
 
 def sigma_max(w: torch.Tensor, tol: float = 1e-10, max_iter: int = 100) -> float:
@@ -94,27 +104,41 @@ def frequency_quartiles(token_freq: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def progress_measures(model, data: TaskData) -> dict[str, float]:
-    """Embedding norms by token frequency, sigma_max(E)/sigma_max(W), and MED.
+def progress_columns(E: torch.Tensor, datas: list[TaskData]) -> dict[str, torch.Tensor]:
+    """The progress measures of K members' embeddings E [K, vocab, d] that the device computes,
+    as [K] tensors: embedding norms by token frequency (the frequency_quartiles of each member's
+    training tokens) and MED, the mean L2 distance between the embeddings of consecutive numbers
+    (Grokking-Insight). sigma_ratio needs E and W on the host (sigma_max)."""
+    out: dict[str, list] = {}
+    norms = E.norm(dim=-1)
+    for i, data in enumerate(datas):
+        for bucket, ids in frequency_quartiles(data.token_freq).items():
+            value = norms[i, ids].mean() if len(ids) else torch.tensor(float("nan"), device=E.device)
+            out.setdefault(f"emb_norm_{bucket}", []).append(value)
+    for i, data in enumerate(datas):
+        if data.number_tokens is not None and len(data.number_tokens) > 1:
+            numbers = E[i, data.number_tokens]
+            out.setdefault("med", []).append((numbers[1:] - numbers[:-1]).norm(dim=1).mean())
+    return {name: torch.stack(values) for name, values in out.items() if len(values) == len(datas)}
 
-    Rare / middle / frequent are the frequency_quartiles of the tokens. MED is the
-    mean L2 distance between the embeddings of consecutive numbers (Grokking-Insight).
-    """
-    E = getattr(model, "embedding_weight", None)
+
+def sigma_ratio(E: torch.Tensor, W: torch.Tensor) -> float:
+    """sigma_max(E) / sigma_max(W) of one member (host tensors); nan when W decayed to exactly 0."""
+    sigma_w = sigma_max(W)
+    return sigma_max(E) / sigma_w if sigma_w else float("nan")
+
+
+def progress_measures(model, data: TaskData) -> dict[str, float]:
+    """One model's progress measures (progress_columns and sigma_ratio), for code outside the loop."""
+    E, W = getattr(model, "embedding_weight", None), getattr(model, "coupled_weight", None)
     if E is None or data.token_freq is None:
         return {}
-    E = E.detach()
-    out = {}
-    norms = E.norm(dim=1)
-    for bucket, ids in frequency_quartiles(data.token_freq).items():
-        out[f"emb_norm_{bucket}"] = norms[ids].mean().item() if len(ids) else float("nan")
-    W = getattr(model, "coupled_weight", None)
+    columns = {k: v.item() for k, v in progress_columns(E.detach()[None], [data]).items()}
+    out = {k: columns[k] for k in ("emb_norm_rare", "emb_norm_middle", "emb_norm_frequent")}
     if W is not None:
-        sigma_w = sigma_max(W)
-        out["sigma_ratio"] = sigma_max(E) / sigma_w if sigma_w else float("nan")  # W decayed to exactly 0
-    if data.number_tokens is not None and len(data.number_tokens) > 1:
-        numbers = E[data.number_tokens]
-        out["med"] = (numbers[1:] - numbers[:-1]).norm(dim=1).mean().item()
+        out["sigma_ratio"] = sigma_ratio(E.detach().cpu(), W.detach().cpu())
+    if "med" in columns:
+        out["med"] = columns["med"]
     return out
 
 

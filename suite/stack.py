@@ -28,7 +28,7 @@ from suite.contracts import GradFilter, Sampler, Tracker
 from suite.data import TaskData
 from suite.ensemble import Ensemble
 from suite.hessian import hessian_measures
-from suite.measures import LOSSES, Milestones, evaluate, progress_measures
+from suite.measures import LOSSES, Milestones, evaluate, progress_columns, sigma_ratio, to_host
 from suite.registry import ALL, SuiteError
 from suite.results import TRAIN, git_commit, git_dirty
 from suite.rundir import RunDir, UnreadableFile, rng_states, set_rng_states, write_json
@@ -231,25 +231,41 @@ class Stack:
     def evaluate(self, step: int) -> None:
         """Evaluate every live member on its whole train and val sets and record it (metrics.jsonl,
         tracker, milestones); the milestones reached go to each member's notes. A member whose loss
-        or parameters are no longer finite is marked diverged instead, and records nothing."""
+        or parameters are no longer finite is marked diverged instead, and records nothing.
+        Everything is computed for all members at once on the device and read back with one
+        synchronisation (suite.measures.to_host)."""
         cfg = self.cfg
         self.model.eval()
         train_loss, train_correct = evaluate(self.model, self.x_train, self.y_train, self.loss_fn, cfg.eval_batch)
         val_loss, val_correct = evaluate(self.model, self.x_val, self.y_val, self.loss_fn, cfg.eval_batch)
         self.model.train()
-        finite = self.model.finite()
+        columns = {"train_loss": train_loss, "train_acc": train_correct.float().mean(1),
+                   "val_loss": val_loss, "val_acc": val_correct.float().mean(1)}
+        for name in self.live[0].data.val_groups:
+            mask = torch.stack([m.data.val_groups[name] for m in self.live])
+            columns[f"val_acc_{name}"] = (val_correct & mask).sum(1).float() / mask.sum(1).float()
+        if self.running_seen:
+            columns["train_acc_running"] = self.running_correct.double() / self.running_seen
+        E, W = self.model.stacked_weights()
+        datas = [m.data for m in self.live]
+        measured = E is not None and all(d.token_freq is not None for d in datas)
+        if measured:
+            progress = progress_columns(E, datas)
+            columns |= {k: progress[k] for k in ("emb_norm_rare", "emb_norm_middle", "emb_norm_frequent")}
+        names = list(columns)
+        packed, finite, *on_host = to_host([torch.stack([c.double() for c in columns.values()]), self.model.finite()]
+                                           + ([E, W, progress["med"].double()] if measured and "med" in progress else
+                                              [E, W] if measured else []))
         for i, m in enumerate(self.live):
-            if not (finite[i] and math.isfinite(train_loss[i]) and math.isfinite(val_loss[i])):
+            record = {"step": step, **dict(zip(names, packed[:, i].tolist()))}
+            if not (finite[i] and math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])):
                 m.diverged = True
                 m.notes.append("diverged")
                 continue
-            record = {"step": step, "train_loss": train_loss[i], "train_acc": train_correct[i].float().mean().item(),
-                      "val_loss": val_loss[i], "val_acc": val_correct[i].float().mean().item()}
-            for name, mask in m.data.val_groups.items():
-                record[f"val_acc_{name}"] = val_correct[i][mask].float().mean().item()
-            if self.running_seen:
-                record["train_acc_running"] = self.running_correct[i].item() / self.running_seen
-            record |= progress_measures(self.model.member(i), m.data)
+            if measured and W is not None:
+                record["sigma_ratio"] = sigma_ratio(on_host[0][i], on_host[1][i])
+            if measured and len(on_host) == 3:
+                record["med"] = on_host[2][i].item()
             if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:  # K == 1 (blocker)
                 record |= hessian_measures(self.model.alone(), m.data.x_train, m.data.y_train, self.loss_fn,
                                            cfg.eval_batch)

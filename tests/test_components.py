@@ -64,7 +64,7 @@ def test_adamlr_runs_the_embedding_at_c_times_lr():
 @pytest.mark.parametrize("opt", ["adamlr", "adamlr_adaptive"])
 def test_embedding_optimizers_refuse_models_without_embeddings(opt):
     with pytest.raises(SuiteError, match="no token embedding"):
-        built(p=13, embed=False, opt=opt)
+        built(p=13, inputs="onehot", opt=opt)
 
 
 def test_adaptive_c_follows_the_proposition():
