@@ -253,19 +253,24 @@ class Stack:
             progress = progress_columns(E, datas)
             columns |= {k: progress[k] for k in ("emb_norm_rare", "emb_norm_middle", "emb_norm_frequent")}
         names = list(columns)
-        packed, finite, *on_host = to_host([torch.stack([c.double() for c in columns.values()]), self.model.finite()]
-                                           + ([E, W, progress["med"].double()] if measured and "med" in progress else
-                                              [E, W] if measured else []))
+        extra = {}  # sigma_ratio needs E and W on the host; a model may have E without W, a task no numbers
+        if measured and W is not None:
+            extra |= {"E": E, "W": W}
+        if measured and "med" in progress:
+            extra["med"] = progress["med"]
+        packed, finite, *copies = to_host([torch.stack([c.double() for c in columns.values()]), self.model.finite(),
+                                           *extra.values()])
+        on_host = dict(zip(extra, copies))
         for i, m in enumerate(self.live):
             record = {"step": step, **dict(zip(names, packed[:, i].tolist()))}
             if not (finite[i] and math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])):
                 m.diverged = True
                 m.notes.append("diverged")
                 continue
-            if measured and W is not None:
-                record["sigma_ratio"] = sigma_ratio(on_host[0][i], on_host[1][i])
-            if measured and len(on_host) == 3:
-                record["med"] = on_host[2][i].item()
+            if "W" in on_host:
+                record["sigma_ratio"] = sigma_ratio(on_host["E"][i], on_host["W"][i])
+            if "med" in on_host:
+                record["med"] = on_host["med"][i].item()
             if cfg.hessian_every and step % (cfg.eval_every * cfg.hessian_every) == 0:  # K == 1 (blocker)
                 record |= hessian_measures(self.model.alone(), m.data.x_train, m.data.y_train, self.loss_fn,
                                            cfg.eval_batch)
