@@ -25,7 +25,6 @@ slice of every stacked tensor, `stack_states` puts K of them back together.
 from __future__ import annotations
 
 import copy
-from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -134,13 +133,6 @@ class Ensemble(nn.Module):
         E, W = self.embedding_weight, self.coupled_weight
         lead = (lambda t: t.detach()[None]) if self.single is not None else (lambda t: t.detach())  # noqa: E731
         return (None if E is None else lead(E)), (None if W is None else lead(W))
-
-    def member(self, i: int):
-        """Member i, as much of a model as the progress measures read (its E and W)."""
-        if self.single is not None:
-            return self.single
-        E, W = self.embedding_weight, self.coupled_weight
-        return SimpleNamespace(embedding_weight=None if E is None else E[i], coupled_weight=None if W is None else W[i])
 
     def alone(self) -> nn.Module:
         """The ensemble of one as a plain model for measures that differentiate through it (the

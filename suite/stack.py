@@ -121,8 +121,7 @@ class Stack:
                  sequential_reason: str | None = None, parts: list[list[int]] | None = None):
         self.members, self.live, self.model, self.device = members, list(members), model, device
         self.spec, self.sequential_reason = spec, sequential_reason
-        # the members that can stack among themselves (same shapes); None: one by one
-        self.parts = parts or [[i] for i in range(len(members))]
+        self.parts = parts  # with a sequential_reason: the members that can stack among themselves; None: none
         # Each member's correct predictions on the batches it trained on since the last evaluation
         # (train mode, before the update): Grokking-Insight's train accuracy, `train_acc_running`.
         self.running_correct, self.running_seen = None, 0

@@ -9,8 +9,8 @@ never stopped.
 Several specs that differ only in their seed and their task's settings (operation, split,
 data seed, ...) train together as one stack (K members, parameters stacked, forward vmapped:
 suite/ensemble.py) when that is exact and their tensors have the same shapes; in parts of
-equal shapes, or one after the other, otherwise. Every member keeps its own data, batches, run dir, milestones and
-early stop; a single run is the ensemble of one. What is done to the members besides this
+equal shapes, or one after the other, otherwise. Every member keeps its own data, batches,
+run dir, milestones and early stop; a single run is the ensemble of one. What is done to the members besides this
 loop (resume, evaluate, checkpoint, leave the stack, finish) is suite/stack.py's.
 """
 
@@ -49,8 +49,8 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     """Train specs into their run dirs and return their results (each also written to its
     run_dir/result.json). One spec is one run; specs that differ only in the seed and the task's
     settings are one stack, or train in parts (or one after the other) where that would not be
-    exact. compile: the training
-    step's forward through torch.compile (evaluation stays eager: its shapes vary)."""
+    exact. compile: the training step's forward through torch.compile (evaluation stays eager:
+    its shapes vary)."""
     trackers = trackers or [None] * len(specs)
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
@@ -63,7 +63,7 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
         if len(specs) == 1:
             return [read_json(Path(run_dirs[0]) / "result.json")]
         return in_parts(specs, run_dirs, device, trackers, compile,
-                        "some finished meanwhile, or they stand at different steps", [[i] for i in range(len(specs))])
+                        "some finished meanwhile, or they stand at different steps")
     cfg, K, how = stack.cfg, len(specs), provenance(len(specs), device, compile)
     forward = torch.compile(stack.model) if compile else stack.model
     progress = Progress(cfg.steps, start, spec_id(specs[0])[:8] + (f" x{K}" if K > 1 else ""))
@@ -97,9 +97,10 @@ def train(specs: list[dict], run_dirs: list[Path], device: torch.device, tracker
     return [m.result for m in stack.members]
 
 
-def in_parts(specs, run_dirs, device, trackers, compile, reason: str, parts: list[list[int]]) -> list[dict]:
-    """The members trained in parts that can stack (or one by one), one part after the other,
+def in_parts(specs, run_dirs, device, trackers, compile, reason: str, parts: list[list[int]] | None = None) -> list[dict]:
+    """The members trained in parts that can stack (None: one by one), one part after the other,
     with the reason said once."""
+    parts = parts or [[i] for i in range(len(specs))]
     how = "one after the other" if all(len(part) == 1 for part in parts) else f"in {len(parts)} stacks of equal shapes"
     print(f"{len(specs)} runs train {how}: {reason}", file=sys.stderr)
     results = [None] * len(specs)
