@@ -69,6 +69,8 @@ class Ensemble(nn.Module):
         if self.single is not None:
             return self.single(x[0]).unsqueeze(0)
         params = {n: self.stacked(n) for n in self._names}
+        if hasattr(self.base, "forward_stacked"):  # the model's own stacked arithmetic (models/mlp.py)
+            return self.base.forward_stacked(params, x)
         buffers = {n: self.stacked(n) for n in self._buffer_names}
         return torch.vmap(self._member_forward)(params, buffers, x)
 

@@ -279,3 +279,28 @@ def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation
     for before, now in zip(records, records[1:]):
         assert now["train_acc_running"] == pytest.approx(before["train_acc"], abs=1e-6)
     assert len({r["train_acc"] for r in records}) > 3  # it did change along the way
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("task,settings", [
+    ("modular", {"inputs": "embed"}), ("modular", {"inputs": "onehot"}), ("modular", {"inputs": "scalar"}),
+    ("polygons", {"resolution": 8, "n_val": 64}),
+])
+def test_the_mlps_own_stacked_forward_is_the_vmapped_one_bit_for_bit(task, settings, threads):
+    # models/mlp.py's forward_stacked replaces vmap for speed; results stay those of the vmapped
+    # forward, so runs made before it resume and compare bit for bit.
+    from suite.stack import build
+
+    torch.set_num_threads(threads)
+    for k in (1, 3):
+        small = SMALL if task == "modular" else {"batch_size": 16, "train.steps": 60, "eval_every": 10}
+        b = build(_specs({"task": task}, {**small, "d": 16, "hidden": 32, **settings}, seeds=range(k)), CPU)
+        e = b.model
+        x = torch.stack([m.data.x_train for m in b.members])
+        params = {n: e.stacked(n) for n in e._names}
+        vmapped = torch.vmap(e._member_forward)(params, {}, x)
+        own = e(x)
+        assert torch.equal(own, vmapped)
+        for p, q in zip(torch.autograd.grad(own.square().sum(), list(params.values())),
+                        torch.autograd.grad(vmapped.square().sum(), list(params.values()))):
+            assert torch.equal(p, q)
