@@ -11,6 +11,9 @@ not say whether it scales them; raw ids up to 98 under PyTorch's default initial
 first-layer pre-activations ~50 times those of every other input mode, and the division only
 rescales the first layer's weights (ReLU(W x / s) = ReLU((W / s) x)): the same function class.
 
+embed_init scales the initial embeddings, N(0, embed_init^2) (torch's default is N(0, 1)): the
+paper's Sec. 4.3 says smaller initial embeddings converge sooner, without an experiment.
+
 Images (uint8 pixels) are scaled to [0, 1] and flattened into the same MLP, for the
 MLP / ResNet comparison; `inputs` does not apply to them.
 """
@@ -32,14 +35,19 @@ class MLP(nn.Module):
     """Two-layer MLP over token embeddings, one-hot tokens, the tokens' values as numbers, or flattened images."""
 
     def __init__(self, data: TaskData, *, inputs: Literal["embed", "onehot", "scalar"] = "embed", d: int = 128,
-                 hidden: int = 512):
+                 hidden: int = 512, embed_init: float = 1.0):
         super().__init__()
         if d < 1 or hidden < 1:
             raise SuiteError(f"d and hidden must be positive, got d={d}, hidden={hidden}")
         self.image = data.kind == "image"
         self.inputs = "pixels" if self.image else inputs
+        if not embed_init > 0 or (embed_init != 1.0 and self.inputs != "embed"):
+            raise SuiteError(f"embed_init scales the initial token embeddings: positive, and only with inputs=embed; "
+                             f"got {embed_init} with {self.inputs} inputs")
         self.vocab, seq_len = data.vocab_size, data.x_train.shape[1]
         self.embed = nn.Embedding(self.vocab, d) if self.inputs == "embed" else None
+        if self.embed is not None:  # N(0, embed_init^2): the same draw, scaled, so 1.0 is torch's default exactly
+            self.embed.weight.data.mul_(embed_init)
         width = {"pixels": data.x_train[0].numel(), "embed": seq_len * d, "onehot": seq_len * (self.vocab or 0),
                  "scalar": seq_len}[self.inputs]
         self.hidden = nn.Linear(width, hidden)

@@ -15,6 +15,10 @@ first weight that reads it is the first layer's query/key/value projection, kept
 stacked matrix W_QKV (3 d_model x d_model): that is `coupled_weight`, so sigma_ratio =
 sigma_max(E) / sigma_max(W_QKV) and Adam-LR's adaptive c use it. (Adam and AdamW act
 elementwise, so one stacked matrix trains exactly like three separate ones.)
+
+Adam-LR's c scales E alone, not the learned positions: the paper's argument (arXiv 2505.15624,
+Sec. 4.3) is that token i's row gets a gradient only in the steps whose batch holds token i,
+and so lags the dense weights; every example updates every position, as it updates W.
 """
 
 from __future__ import annotations

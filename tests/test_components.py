@@ -61,7 +61,42 @@ def test_adamlr_runs_the_embedding_at_c_times_lr():
     assert opt.defaults["weight_decay"] == 1e-3
 
 
-@pytest.mark.parametrize("opt", ["adamlr", "adamlr_adaptive"])
+def _steps(model, optimizer, x, y, n=5):
+    for _ in range(n):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def test_decoupled_adamlr_is_adamw_at_c_1_and_runs_the_embeddings_whole_step_at_c_times():
+    """adamwlr (issue 15): AdamW whose embedding group has lr c * lr, decay included."""
+    same = [built(p=13, opt=opt, **extra) for opt, extra in (("adamw", {}), ("adamwlr", {"c": 1}))]
+    for b in same:
+        _steps(b.model, b.optimizer, b.data.x_train, b.data.y_train)
+    assert all(torch.equal(p, q) for p, q in zip(same[0].model.parameters(), same[1].model.parameters()))
+    b = built(p=13, opt="adamwlr", c=3, lr=1e-3, weight_decay=0.5)
+    emb, rest = b.optimizer.param_groups
+    assert emb["params"] == [b.model.embedding_weight] and emb["lr"] == pytest.approx(3e-3) and rest["lr"] == 1e-3
+    # With no gradient, a step is the decay alone: E shrinks by c * lr * wd, the rest by lr * wd.
+    E, W = b.model.embedding_weight, b.model.coupled_weight
+    E0, W0 = E.detach().clone(), W.detach().clone()
+    for p in b.model.parameters():
+        p.grad = torch.zeros_like(p)
+    b.optimizer.step()
+    assert torch.allclose(E, E0 * (1 - 3e-3 * 0.5)) and torch.allclose(W, W0 * (1 - 1e-3 * 0.5))
+
+
+def test_embed_init_scales_the_same_initial_draw_and_only_applies_to_embeddings():
+    default, small = built(p=13).model, built(p=13, embed_init=0.1).model  # each seeded by its spec
+    assert torch.equal(small.embedding_weight, default.embedding_weight * 0.1)
+    assert torch.equal(small.hidden.weight, default.hidden.weight)
+    assert resolve({}, {"embed_init": 0.1})["model"]["embed_init"] == 0.1  # the spec records it
+    for bad in ({"embed_init": 0}, {"embed_init": 0.5, "inputs": "onehot"}):
+        with pytest.raises(SuiteError, match="embed_init"):
+            built(p=13, **bad)
+
+
+@pytest.mark.parametrize("opt", ["adamlr", "adamlr_adaptive", "adamwlr"])
 def test_embedding_optimizers_refuse_models_without_embeddings(opt):
     with pytest.raises(SuiteError, match="no token embedding"):
         built(p=13, inputs="onehot", opt=opt)

@@ -121,7 +121,7 @@ def test_a_module_that_fails_to_import_costs_one_warning_and_the_rest_work(tmp_p
 def test_list_filters_names_with_wildcards():
     both = run_cli("list", "adam*").stdout
     names = re.findall(r"^  (\S+)\s", both, re.M)
-    assert names == ["adam", "adamlr", "adamlr_adaptive", "adamw"]
+    assert names == ["adam", "adamlr", "adamlr_adaptive", "adamw", "adamwlr"]
     assert re.findall(r"^  (\S+)\s", run_cli("list", "model", "*former*").stdout, re.M) == [
         "grokfast_transformer", "transformer"]
     assert re.findall(r"^  (\S+)\s", run_cli("list", "runner").stdout, re.M) == ["probe"]

@@ -97,6 +97,21 @@ def adamlr(groups: ParamGroups, *, lr: float = 1e-2, c: float = 10.0, weight_dec
     )
 
 
+@register_optimizer("adamwlr", elementwise=True)
+def adamwlr(groups: ParamGroups, *, lr: float = 1e-3, c: float = 10.0, weight_decay: float = 1.0,
+            betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8):
+    """Adam-LR with decoupled weight decay: AdamW with the embedding's learning rate at c * lr
+    (defaults: adamw's, Nanda et al.'s grokking transformer). AdamW decays a parameter by its
+    group's lr * weight_decay each step, so E's decay is scaled by c with the rest of its step;
+    c = 1 is AdamW exactly."""
+    _check(lr=lr, c=c, weight_decay=weight_decay, betas=betas, eps=eps)
+    _need_embedding(groups, "adamwlr")
+    return torch.optim.AdamW(
+        [{"params": groups.embedding, "lr": c * lr}, {"params": groups.rest, "lr": lr}],
+        lr=lr, weight_decay=weight_decay, betas=betas, eps=eps,
+    )
+
+
 class AdaptiveAdamLR(torch.optim.Adam):
     """Adam whose embedding group runs at c * lr, with c re-estimated every `every` steps.
 
