@@ -4,6 +4,7 @@ is drawn from the columns it needs, and only where the runs recorded them."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from suite.leaderboard import generate
 from suite.leaderboard.collect import collect
-from suite.leaderboard.sections import Cell
+from suite.leaderboard.sections import Cell, Page
 from suite.leaderboard.stats import cell_tables
 from suite.leaderboard.studies import embedding_questions as study
 
@@ -105,3 +106,63 @@ def test_val_by_frequency_has_a_panel_per_group_and_the_rare_vs_frequent_norms(t
     np.testing.assert_allclose(frequent.lines[0].get_ydata(), [s / 1000 for s in range(EVERY, STEPS + 1, EVERY)])
     assert [line.get_ydata()[0] for line in norms.lines] == [1.5, 0.5]  # frequent, then rare
 
+
+def test_log_log_slope_recovers_the_power_of_one_over_lambda():
+    wd = np.array([1e-3, 3e-3, 1e-2, 3e-2, 0.1])
+    assert study.log_log_slope(1 / wd, 5.0 / wd) == pytest.approx(1.0)
+    assert study.log_log_slope(1 / wd, 0.2 / wd ** 2) == pytest.approx(2.0)
+    assert math.isnan(study.log_log_slope([100.0], [300.0]))  # one point: no slope
+
+
+def equilibrium_norm(wd):
+    # the prediction: a rare row settles at ~ p / lambda, so norm x lambda = 0.5 whatever lambda
+    return lambda step, seed: {"emb_norm_rare": 0.5 / wd * (1 + seed ** 2 / 10) if step == STEPS else 1.0}
+
+
+def write_wd_sweep(root: Path, wds, opts=("adam",)) -> None:
+    for opt in opts:
+        for wd in wds:
+            for seed in (0, 1, 2):
+                grok = None if wd == min(wds) else round(0.3 / wd) + 100 * seed  # ~ 1 / lambda
+                write_run(root, seed, opt=opt, wd=wd, grok_step=grok, extra=equilibrium_norm(wd))
+
+
+def test_weight_decay_groups_hold_grok_steps_and_norm_x_lambda_per_lambda(tmp_path):
+    write_wd_sweep(tmp_path, (1e-4, 1e-3, 2e-3, 3e-3), opts=("adam", "adamw"))
+    write_run(tmp_path, 0, opt="sgd", wd=1e-3)  # one lambda only: no line of its own
+    col = collect(tmp_path)
+    groups = study.weight_decay_groups(Page(col, cell_tables(col)))
+    assert [label for label, _ in groups] == ["adam", "adamw"]
+    df = groups[0][1]
+    assert list(df["wd"]) == [1e-4, 1e-3, 2e-3, 3e-3]
+    assert list(df["grokked"]) == [0, 3, 3, 3] and list(df["seeds"]) == [3] * 4
+    assert list(df["grok_median"][1:]) == [400, 250, 200] and list(df["grok_min"][1:]) == [300, 150, 100]
+    assert list(df["grok_max"][1:]) == [500, 350, 300]
+    for stat, value in (("min", 0.5), ("median", 0.55), ("max", 0.7)):  # seeds' norms x lambda: 0.5, 0.55, 0.7
+        np.testing.assert_allclose(df[f"norm_x_wd_{stat}"], value)
+
+
+def test_weight_decay_figure_needs_three_lambdas_and_fits_the_slope(tmp_path, figures):
+    write_wd_sweep(tmp_path / "two", (1e-3, 2e-3))
+    assert not any(f.endswith("wd_frequency.png") for f in generate(tmp_path / "two", tmp_path / "two_out"))
+    write_wd_sweep(tmp_path / "runs", (1e-4, 1e-3, 3e-3, 1e-2))
+    col = collect(tmp_path / "runs")
+    page = Page(col, cell_tables(col))
+    ((heading, label, suffix, fig),) = study.weight_decay_x_frequency(page)
+    assert suffix == "wd_frequency"
+    grok, norm = fig.axes[:2]
+    assert grok.get_xscale() == grok.get_yscale() == "log"
+    (legend,) = fig.legends
+    slope = study.log_log_slope([1e3, 1 / 3e-3, 1e2], [400, 200, 130])
+    assert [t.get_text() for t in legend.get_texts()] == [f"adam (slope {slope:.2f})"]
+    open_marker = [line for line in grok.lines if line.get_markerfacecolor() == "none"][0]
+    assert list(open_marker.get_xdata()) == [1e4] and list(open_marker.get_ydata()) == [STEPS]  # 1e-4 never grokked
+
+
+def test_weight_decay_figure_is_written_at_the_end_of_the_page(tmp_path):
+    write_wd_sweep(tmp_path / "runs", (1e-4, 1e-3, 3e-3))
+    written = generate(tmp_path / "runs", tmp_path / "out")
+    assert "modular-mlp/weight_decay.wd_frequency.png" in written
+    page = (tmp_path / "out/modular-mlp.md").read_text()
+    assert page.rstrip().endswith(
+        "## Weight decay x token frequency\n\n![wd_frequency](modular-mlp/weight_decay.wd_frequency.png)")
