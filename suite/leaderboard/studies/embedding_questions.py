@@ -1,0 +1,182 @@
+"""The embedding paper's open questions (arXiv 2505.15624), each drawn only where the runs
+measured it:
+
+- "hessian" beside a cell whose runs recorded hessian_E / hessian_W (train.hessian_every):
+  accuracy above, the top Hessian eigenvalue of the embedding block and of the first weight
+  reading it below (the paper's Fig. 7, with seeds);
+- "val_by_frequency" beside a cell whose runs recorded val accuracy by the next token's
+  frequency (val_acc_rare / _middle / _frequent): do rare tokens lag, and do their
+  embeddings stay small, as the paper's mechanism predicts;
+- "wd_frequency" at the end of a task/model page whose rows differ only in opt.weight_decay
+  (three positive values or more): the paper's Sec. 4.1 / 4.3 predictions, an embedding row
+  at equilibrium ~ p_i / lambda (so norm x lambda is flat in lambda) and grok time
+  >= (1 / lambda) ln(C / eps) (so grok step ~ 1 / lambda, slope 1 on log-log axes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from suite.leaderboard.collect import settings_key
+from suite.leaderboard.plots import _curves, figure, style, to_png
+from suite.leaderboard.sections import Cell, Page, section
+
+FREQUENCY_GROUPS = ("rare", "middle", "frequent")  # tasks/zipf_text.py's val_groups
+
+
+def method_series(cell: Cell) -> list[tuple[str, list]]:
+    """(method label, metric frames of its seeds) per row, in table order."""
+    return [(r.method, [cell.col.metrics.get(d) for d in cell.runs.loc[cell.runs["method_id"] == r.method_id, "dir"]])
+            for r in cell.rows.itertuples()]
+
+
+def recorded(series: list[tuple[str, list]], column: str) -> bool:
+    return any(f is not None and column in f and f[column].notna().any() for _, frames in series for f in frames)
+
+
+def draw_band(ax, frames: list, column: str, i: int, label: str | None = None, linestyle: str = "-") -> None:
+    """Median over seeds as a line, min-max as a band. Only the records that hold the column
+    count: hessian_E is measured every hessian_every evaluations, not in between."""
+    frames = [f[["step", column]].dropna() for f in frames if f is not None and column in f]
+    c = _curves(frames, column)
+    if c is None or not len(c[0]):
+        return
+    color = style(i)["color"]
+    ax.plot(c[0], c[1], color=color, linestyle=linestyle, label=label)
+    ax.fill_between(c[0], c[2], c[3], color=color, alpha=0.15, linewidth=0)
+
+
+@section("cell")
+def hessian_eigenvalues(cell: Cell) -> list:
+    series = method_series(cell)
+    if not (recorded(series, "hessian_E") or recorded(series, "hessian_W")):
+        return []
+    fig = figure(figsize=(8, 7 + 0.25 * len(series)))
+    acc, curvature = fig.subplots(2, 1, sharex=True)
+    for i, (label, frames) in enumerate(series):
+        draw_band(acc, frames, "val_acc", i, label)
+        draw_band(acc, frames, "train_acc", i, linestyle=":")
+        draw_band(curvature, frames, "hessian_E", i)
+        draw_band(curvature, frames, "hessian_W", i, linestyle="--")
+    acc.set_title("accuracy: val (solid), train (dotted)")
+    curvature.set_title("top Hessian eigenvalue: embedding E (solid), first weight W (dashed)")
+    curvature.set_yscale("log")
+    curvature.set_xlabel("step")
+    for ax in (acc, curvature):
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{cell.title}: median over seeds, band = min-max")
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return [("Hessian eigenvalues", "hessian", to_png(fig))]
+
+
+@section("cell")
+def val_by_frequency(cell: Cell) -> list:
+    series = method_series(cell)
+    groups = [g for g in FREQUENCY_GROUPS if recorded(series, f"val_acc_{g}")]
+    if not groups:
+        return []
+    fig = figure(figsize=(4 * len(groups) + 4.5, 4.5 + 0.25 * len(series)))
+    axes = fig.subplots(1, len(groups) + 1)
+    for i, (label, frames) in enumerate(series):
+        for ax, group in zip(axes, groups):
+            draw_band(ax, frames, f"val_acc_{group}", i, label if ax is axes[0] else None)
+        draw_band(axes[-1], frames, "emb_norm_frequent", i)
+        draw_band(axes[-1], frames, "emb_norm_rare", i, linestyle="--")
+    for ax, group in zip(axes, groups):
+        ax.set_title(f"val accuracy, {group} next tokens")
+    for ax in axes[1:len(groups)]:
+        ax.sharey(axes[0])
+    axes[-1].set_title("embedding norm\nrare (dashed), frequent (solid)")
+    axes[-1].set_yscale("log")  # rare and frequent rows can differ by orders of magnitude
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{cell.title}: by token frequency, median over seeds, band = min-max")
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return [("val accuracy by token frequency", "val_by_frequency", to_png(fig))]
+
+
+def log_log_slope(x, y) -> float:
+    """Least-squares slope of log y on log x; nan with fewer than two distinct x."""
+    x, y = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
+    if len(set(x)) < 2:
+        return math.nan
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def last_value(frame: pd.DataFrame | None, column: str) -> float:
+    if frame is None or column not in frame or not frame[column].notna().any():
+        return math.nan
+    return float(frame[column].dropna().iloc[-1])
+
+
+def weight_decay_groups(page: Page) -> list[tuple[str, pd.DataFrame]]:
+    """Rows that differ only in opt.weight_decay (three positive values or more), grouped by the
+    cell and the rest of the method: (label, one row per lambda with the grok stats and the last
+    rare-token embedding norm x lambda, median / min / max over seeds), sorted by label."""
+    col, groups, labels = page.col, {}, {}
+    for r in page.rows.itertuples():
+        wd = r.settings.get("opt.weight_decay")
+        if not isinstance(wd, (int, float)) or isinstance(wd, bool) or wd <= 0:
+            continue
+        rest = settings_key({k: v for k, v in r.settings.items() if k != "opt.weight_decay"})
+        runs = col.runs[(col.runs["cell_id"] == r.cell_id) & (col.runs["method_id"] == r.method_id)]
+        scaled = [v * wd for v in (last_value(col.metrics.get(d), "emb_norm_rare") for d in runs["dir"])
+                  if not math.isnan(v)]
+        where = col.cell_label(col.cells[r.cell_id])
+        labels.setdefault((r.cell_id, rest), col.method_label(r.settings, drop=("opt.weight_decay",))
+                          + (f", {where}" if where else ""))
+        groups.setdefault((r.cell_id, rest), []).append({
+            "wd": float(wd), "grok_median": r.grok_median, "grok_min": r.grok_min, "grok_max": r.grok_max,
+            "grokked": r.grokked, "seeds": r.seeds, "budget": r.budget,
+            "norm_x_wd_median": float(np.median(scaled)) if scaled else math.nan,
+            "norm_x_wd_min": min(scaled, default=math.nan), "norm_x_wd_max": max(scaled, default=math.nan)})
+    return sorted(((labels[key], pd.DataFrame(entries).sort_values("wd", ignore_index=True))
+                   for key, entries in groups.items() if len({e["wd"] for e in entries}) >= 3), key=lambda item: item[0])
+
+
+@section("page")
+def weight_decay_x_frequency(page: Page) -> list:
+    groups = weight_decay_groups(page)
+    if not groups:
+        return []
+    fig = figure(figsize=(12, 4.8 + 0.25 * len(groups)))
+    grok, norm = fig.subplots(1, 2)
+    for i, (label, df) in enumerate(groups):
+        look = style(i)
+        ok = df[df["grokked"] > 0]
+        fit = ok[ok["grok_median"] > 0]  # a target held from step 0 has no logarithm
+        slope = log_log_slope(1 / fit["wd"], fit["grok_median"])
+        grok.errorbar(1 / ok["wd"], ok["grok_median"], capsize=3, marker="o", **look,
+                      yerr=[ok["grok_median"] - ok["grok_min"], ok["grok_max"] - ok["grok_median"]],
+                      label=f"{label} (slope {'-' if math.isnan(slope) else f'{slope:.2f}'})")
+        failed = df[df["grokked"] == 0]
+        grok.plot(1 / failed["wd"], failed["budget"], "o", markerfacecolor="none", color=look["color"], markersize=8)
+        for r in df[df["grokked"] < df["seeds"]].itertuples():
+            grok.annotate(f"{r.grokked}/{r.seeds}", (1 / r.wd, r.grok_median if r.grokked else r.budget),
+                          textcoords="offset points", xytext=(-5, 5), ha="right", fontsize="small")
+        has = df[df["norm_x_wd_median"].notna()]
+        norm.errorbar(has["wd"], has["norm_x_wd_median"], capsize=3, marker="o", **look,
+                      yerr=[has["norm_x_wd_median"] - has["norm_x_wd_min"], has["norm_x_wd_max"] - has["norm_x_wd_median"]])
+    grok.set_xlabel("1 / weight decay")
+    grok.set_ylabel("grok step (median, bars min-max)")
+    grok.set_title("grok step vs 1 / lambda (prediction: slope 1)\nopen circle = no seed grokked within the budget",
+                   fontsize="medium")
+    norm.set_xlabel("weight decay lambda")
+    norm.set_ylabel("last rare-token embedding norm x lambda")
+    norm.set_title("rare-token norm x lambda (prediction: flat, norm ~ p / lambda)", fontsize="medium")
+    for ax in (grok, norm):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    if all(df["norm_x_wd_median"].isna().all() for _, df in groups):  # a model without embeddings
+        norm.clear()
+        norm.set_axis_off()
+        norm.text(0.5, 0.5, "no embedding norms recorded", ha="center", transform=norm.transAxes)
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return [("Weight decay x token frequency", "weight decay", "wd_frequency", to_png(fig))]

@@ -1,0 +1,168 @@
+"""The embedding paper's sections (suite/leaderboard/studies/embedding_questions.py): each figure
+is drawn from the columns it needs, and only where the runs recorded them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from suite.leaderboard import generate
+from suite.leaderboard.collect import collect
+from suite.leaderboard.sections import Cell, Page
+from suite.leaderboard.stats import cell_tables
+from suite.leaderboard.studies import embedding_questions as study
+
+STEPS, EVERY = 1000, 100
+
+
+def write_run(root: Path, seed: int, opt: str = "adam", wd: float = 1e-3, grok_step: int | None = 300,
+              extra=lambda step, seed: {}) -> None:
+    """A synthetic training run: spec, result and one metrics record per evaluation, the
+    record's extra columns given by extra(step, seed)."""
+    spec = {"task": {"name": "modular", "p": 23}, "model": {"name": "mlp"},
+            "opt": {"name": opt, "lr": 0.001, "weight_decay": wd}, "filter": {"name": "none"},
+            "sampler": {"name": "random", "batch_size": 64},
+            "train": {"steps": STEPS, "eval_every": EVERY, "memorization": 0.99, "target": 0.95}, "seed": seed}
+    run = root / f"{opt}-wd{wd:g}" / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "spec.json").write_text(json.dumps(spec))
+    (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "memorization_step": 100,
+                                                 "grok_step": grok_step, "wall_s": 1.0, "git_commit": "a" * 40}))
+    records = [{"step": s, "train_acc": min(1.0, s / 200), "val_acc": 1.0 if grok_step and s >= grok_step else 0.1,
+                "emb_norm_rare": 1.0, "emb_norm_frequent": 2.0, **extra(s, seed)} for s in range(0, STEPS + 1, EVERY)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def one_cell(root: Path) -> Cell:
+    col = collect(root)
+    rows = cell_tables(col).sort_values("row")
+    return Cell(col, rows, col.runs, "test cell")
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Sections return the matplotlib figure instead of its PNG, so a test can read what was drawn."""
+    monkeypatch.setattr(study, "to_png", lambda fig: fig)
+
+
+def hessian_every_other(step, seed):
+    # measured every second evaluation, as train.hessian_every=2 writes it
+    return {"hessian_E": 10.0 * (seed + 1), "hessian_W": 1.0} if step % (2 * EVERY) == 0 else {}
+
+
+def test_hessian_figure_is_written_only_where_the_runs_measured_it(tmp_path):
+    for seed in (0, 1, 2):
+        write_run(tmp_path / "runs", seed, extra=hessian_every_other)
+        write_run(tmp_path / "runs", seed, opt="adamlr", extra=hessian_every_other)
+        write_run(tmp_path / "plain", seed)
+    written = generate(tmp_path / "runs", tmp_path / "out")
+    assert "modular-mlp/all.hessian.png" in written
+    assert (tmp_path / "out/modular-mlp/all.hessian.png").read_bytes().startswith(b"\x89PNG")
+    assert "![Hessian eigenvalues](modular-mlp/all.hessian.png)" in (tmp_path / "out/modular-mlp.md").read_text()
+    assert not any(f.endswith(("val_by_frequency.png", "wd_frequency.png")) for f in written)
+    assert not any(f.endswith("hessian.png") for f in generate(tmp_path / "plain", tmp_path / "plain_out"))
+
+
+def test_hessian_draws_the_median_and_band_over_seeds_of_the_measured_steps(tmp_path, figures):
+    for seed in (0, 1, 2):
+        write_run(tmp_path, seed, extra=hessian_every_other)
+    fig = study.hessian_eigenvalues(one_cell(tmp_path))[0][2]
+    acc, curvature = fig.axes[:2]
+    assert curvature.get_yscale() == "log"
+    hessian_e = curvature.lines[0]
+    assert list(hessian_e.get_xdata()) == [200, 400, 600, 800, 1000]  # not the steps in between
+    assert list(hessian_e.get_ydata()) == [20.0] * 5  # median of 10, 20, 30
+    band = curvature.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 10.0 and band.max() == 30.0
+    assert [line.get_label() for line in acc.lines][0] == "adam"
+
+
+def frequency_groups(step, seed):
+    return {"val_acc_rare": step / 2000 + seed / 100, "val_acc_middle": step / 1500,
+            "val_acc_frequent": step / 1000, "emb_norm_rare": 0.5, "emb_norm_frequent": 1.5}
+
+
+def test_val_by_frequency_is_written_only_where_the_runs_recorded_the_groups(tmp_path):
+    for seed in (0, 1):
+        write_run(tmp_path / "runs", seed, extra=frequency_groups)
+        write_run(tmp_path / "plain", seed)
+    written = generate(tmp_path / "runs", tmp_path / "out")
+    assert "modular-mlp/all.val_by_frequency.png" in written
+    assert "modular-mlp/all.hessian.png" not in written
+    assert not any(f.endswith("val_by_frequency.png") for f in generate(tmp_path / "plain", tmp_path / "plain_out"))
+
+
+def test_val_by_frequency_has_a_panel_per_group_and_the_rare_vs_frequent_norms(tmp_path, figures):
+    for seed in (0, 1, 2):
+        write_run(tmp_path, seed, extra=frequency_groups)
+    fig = study.val_by_frequency(one_cell(tmp_path))[0][2]
+    rare, middle, frequent, norms = fig.axes[:4]
+    assert "rare" in rare.get_title() and "frequent" in frequent.get_title()
+    np.testing.assert_allclose(rare.lines[0].get_ydata(), [s / 2000 + 0.01 for s in range(EVERY, STEPS + 1, EVERY)])
+    np.testing.assert_allclose(frequent.lines[0].get_ydata(), [s / 1000 for s in range(EVERY, STEPS + 1, EVERY)])
+    assert [line.get_ydata()[0] for line in norms.lines] == [1.5, 0.5]  # frequent, then rare
+
+
+def test_log_log_slope_recovers_the_power_of_one_over_lambda():
+    wd = np.array([1e-3, 3e-3, 1e-2, 3e-2, 0.1])
+    assert study.log_log_slope(1 / wd, 5.0 / wd) == pytest.approx(1.0)
+    assert study.log_log_slope(1 / wd, 0.2 / wd ** 2) == pytest.approx(2.0)
+    assert math.isnan(study.log_log_slope([100.0], [300.0]))  # one point: no slope
+
+
+def equilibrium_norm(wd):
+    # the prediction: a rare row settles at ~ p / lambda, so norm x lambda = 0.5 whatever lambda
+    return lambda step, seed: {"emb_norm_rare": 0.5 / wd * (1 + seed ** 2 / 10) if step == STEPS else 1.0}
+
+
+def write_wd_sweep(root: Path, wds, opts=("adam",)) -> None:
+    for opt in opts:
+        for wd in wds:
+            for seed in (0, 1, 2):
+                grok = None if wd == min(wds) else round(0.3 / wd) + 100 * seed  # ~ 1 / lambda
+                write_run(root, seed, opt=opt, wd=wd, grok_step=grok, extra=equilibrium_norm(wd))
+
+
+def test_weight_decay_groups_hold_grok_steps_and_norm_x_lambda_per_lambda(tmp_path):
+    write_wd_sweep(tmp_path, (1e-4, 1e-3, 2e-3, 3e-3), opts=("adam", "adamw"))
+    write_run(tmp_path, 0, opt="sgd", wd=1e-3)  # one lambda only: no line of its own
+    col = collect(tmp_path)
+    groups = study.weight_decay_groups(Page(col, cell_tables(col)))
+    assert [label for label, _ in groups] == ["adam", "adamw"]
+    df = groups[0][1]
+    assert list(df["wd"]) == [1e-4, 1e-3, 2e-3, 3e-3]
+    assert list(df["grokked"]) == [0, 3, 3, 3] and list(df["seeds"]) == [3] * 4
+    assert list(df["grok_median"][1:]) == [400, 250, 200] and list(df["grok_min"][1:]) == [300, 150, 100]
+    assert list(df["grok_max"][1:]) == [500, 350, 300]
+    for stat, value in (("min", 0.5), ("median", 0.55), ("max", 0.7)):  # seeds' norms x lambda: 0.5, 0.55, 0.7
+        np.testing.assert_allclose(df[f"norm_x_wd_{stat}"], value)
+
+
+def test_weight_decay_figure_needs_three_lambdas_and_fits_the_slope(tmp_path, figures):
+    write_wd_sweep(tmp_path / "two", (1e-3, 2e-3))
+    assert not any(f.endswith("wd_frequency.png") for f in generate(tmp_path / "two", tmp_path / "two_out"))
+    write_wd_sweep(tmp_path / "runs", (1e-4, 1e-3, 3e-3, 1e-2))
+    col = collect(tmp_path / "runs")
+    page = Page(col, cell_tables(col))
+    ((heading, label, suffix, fig),) = study.weight_decay_x_frequency(page)
+    assert suffix == "wd_frequency"
+    grok, norm = fig.axes[:2]
+    assert grok.get_xscale() == grok.get_yscale() == "log"
+    (legend,) = fig.legends
+    slope = study.log_log_slope([1e3, 1 / 3e-3, 1e2], [400, 200, 130])
+    assert [t.get_text() for t in legend.get_texts()] == [f"adam (slope {slope:.2f})"]
+    open_marker = [line for line in grok.lines if line.get_markerfacecolor() == "none"][0]
+    assert list(open_marker.get_xdata()) == [1e4] and list(open_marker.get_ydata()) == [STEPS]  # 1e-4 never grokked
+
+
+def test_weight_decay_figure_is_written_at_the_end_of_the_page(tmp_path):
+    write_wd_sweep(tmp_path / "runs", (1e-4, 1e-3, 3e-3))
+    written = generate(tmp_path / "runs", tmp_path / "out")
+    assert "modular-mlp/weight_decay.wd_frequency.png" in written
+    page = (tmp_path / "out/modular-mlp.md").read_text()
+    assert page.rstrip().endswith(
+        "## Weight decay x token frequency\n\n![wd_frequency](modular-mlp/weight_decay.wd_frequency.png)")
