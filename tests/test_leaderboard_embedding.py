@@ -166,3 +166,13 @@ def test_weight_decay_figure_is_written_at_the_end_of_the_page(tmp_path):
     page = (tmp_path / "out/modular-mlp.md").read_text()
     assert page.rstrip().endswith(
         "## Weight decay x token frequency\n\n![wd_frequency](modular-mlp/weight_decay.wd_frequency.png)")
+
+
+def test_the_slope_leaves_out_rows_where_only_some_seeds_grokked(tmp_path, figures):
+    for wd, groks in ((1e-3, (300, 300, 300)), (2e-3, (150, 150, 150)), (4e-3, (10, None, None))):
+        for seed, grok in enumerate(groks):
+            write_run(tmp_path, seed, wd=wd, grok_step=grok)
+    col = collect(tmp_path)
+    ((_, _, _, fig),) = study.weight_decay_x_frequency(Page(col, cell_tables(col)))
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["adam (slope 1.00)"]  # 1/3 at 4e-3 would pull it to ~3
