@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from threadpoolctl import ThreadpoolController
 
 from suite.data import TaskData
 
@@ -57,6 +58,9 @@ def to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return copies
 
 
+BLAS = ThreadpoolController()  # numpy's BLAS, found once (finding it takes ~1 ms)
+
+
 def sigma_max(w: torch.Tensor, tol: float = 1e-10, max_iter: int = 100) -> float:
     """The largest singular value of w (flattened to 2-D): the square root of the top eigenvalue
     of the smaller Gram matrix, in float64 on the CPU.
@@ -67,8 +71,17 @@ def sigma_max(w: torch.Tensor, tol: float = 1e-10, max_iter: int = 100) -> float
     ~1e-7 off. The start vector is a fixed pseudo-random one, so the value depends on w alone
     (a resumed run measures what an uninterrupted one does). Smaller Gram matrices, and a top of
     the spectrum so clustered that max_iter steps do not settle it, go to eigvalsh. A non-finite w
-    (a diverged run) gives nan."""
-    a = w.detach().flatten(1).double().cpu().numpy()
+    (a diverged run) gives nan.
+
+    One BLAS thread: OpenBLAS's workers spin for a while after each call, and on 2 cores they
+    took a core from the training steps after every evaluation (the next ~4 steps ran 2-3x
+    slower, ~4 s of a 1,500-step run evaluated every 50 steps). It also gives a single run the
+    values of a grid worker's, which runs on one thread anyway."""
+    with BLAS.limit(limits=1, user_api="blas"):
+        return _sigma_max(w.detach().flatten(1).double().cpu().numpy(), tol, max_iter)
+
+
+def _sigma_max(a: np.ndarray, tol: float, max_iter: int) -> float:
     if not np.isfinite(a).all():
         return float("nan")
     if a.shape[0] > a.shape[1]:

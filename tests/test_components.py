@@ -121,6 +121,18 @@ def test_adaptive_c_follows_the_proposition():
     assert sum(hits) / 3 < 1  # a batch of 8 leaves some rows without gradient
 
 
+def test_sigma_max_runs_numpy_on_one_blas_thread_and_gives_the_rest_back(monkeypatch):
+    # OpenBLAS workers spin after a call and slowed the training steps after every evaluation.
+    from suite import measures
+
+    blas_threads = lambda: [lib["num_threads"] for lib in measures.BLAS.info() if lib["user_api"] == "blas"]  # noqa: E731
+    inside, real = [], measures._sigma_max
+    monkeypatch.setattr(measures, "_sigma_max", lambda *a: inside.append(blas_threads()) or real(*a))
+    with measures.BLAS.limit(limits=2, user_api="blas"):  # as a lone run on 2 cores has it
+        assert measures.sigma_max(torch.randn(200, 300)) > 0
+        assert inside == [[1]] and blas_threads() == [2]
+
+
 def test_sigma_max_is_the_spectral_norm_at_any_scale_and_a_zero_w_gives_no_ratio():
     from types import SimpleNamespace
 
