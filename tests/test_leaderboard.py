@@ -400,3 +400,21 @@ def test_each_split_shows_its_operand_probabilities_in_train_and_test():
     old = {**cell("skewed"), "task.zipf_s": 1.0}  # a run of an older suite: no figure, no failure
     del old["task.skew"]
     assert split_tokens({"skewed": old, "random": cell("random")}) is None
+
+
+def test_the_sampling_figure_names_each_skew_and_ignores_it_where_the_split_does_not_read_it():
+    """A skewed split at each strength is a split of its own; a random split run when the default
+    skew was another still belongs in the same figure."""
+    from suite.leaderboard.studies.grokking import split_label, split_order, split_tokens
+    from suite.spec import resolve
+
+    def cell(split, skew):
+        task = resolve({}, {"p": 31, "split": split, "skew": skew})["task"]
+        return {f"task.{k}": v for k, v in task.items()}
+
+    cells = [cell("skewed", 5.0), cell("random", 3.0), cell("skewed", 0.5), cell("skewed_train", 3.0), cell("uniform", 5.0)]
+    labelled = {split_label(c): c for c in cells}
+    assert split_order(labelled) == ("uniform", "random", "skewed skew=0.5", "skewed skew=5", "skewed_train skew=3")
+    probs = dict(split_tokens(labelled))
+    mild, strong = probs["skewed skew=0.5"]["test"][0], probs["skewed skew=5"]["test"][0]
+    assert strong[:5].sum() > mild[:5].sum()  # the figure draws each strength's own split

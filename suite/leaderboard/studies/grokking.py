@@ -12,6 +12,7 @@ from suite.errors import SuiteError
 from suite.leaderboard.collect import settings_key
 from suite.leaderboard.plots import plot_c_sweep, plot_sampling, plot_split_tokens
 from suite.leaderboard.sections import Cell, Page, section
+from suite.leaderboard.tables import fmt_value
 
 SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as the sampling plots list them
 
@@ -41,35 +42,55 @@ def c_sweep(cell: Cell) -> list:
 
 @section("page")
 def sampling(page: Page) -> list:
-    """Cells that differ only in how the training pairs are drawn (task.split) x methods that differ
-    only in the sampler (name, batch size): one figure per such group with two or more combinations,
-    and beside it each split's token probabilities in train and test (the paper's Fig. 8)."""
+    """Cells that differ only in how the training pairs are drawn (task.split, and task.skew for the
+    skewed splits) x methods that differ only in the sampler (name, batch size): one figure per such
+    group with two or more combinations, and beside it each split's token probabilities in train
+    and test (the paper's Fig. 8)."""
     col, groups, tasks = page.col, {}, {}
     for r in page.rows.itertuples():
         cell = col.cells[r.cell_id]
-        where = settings_key({k: v for k, v in cell.items() if k != "task.split"})
-        tasks.setdefault(where, {})[str(cell.get("task.split", "-"))] = cell
+        # The skew is part of the split: the random and uniform splits do not read it.
+        where = settings_key({k: v for k, v in cell.items() if k not in ("task.split", "task.skew")})
+        tasks.setdefault(where, {})[split_label(cell)] = cell
         family = settings_key({k: v for k, v in r.settings.items() if not k.startswith("sampler.")})
         groups.setdefault((where, family), []).append(
-            {"split": str(cell.get("task.split", "-")), "sampler": r.settings["sampler.name"],
+            {"split": split_label(cell), "sampler": r.settings["sampler.name"],
              "bs": r.settings.get("sampler.batch_size", "-"), "grok_median": r.grok_median, "grok_min": r.grok_min,
              "grok_max": r.grok_max, "grokked": r.grokked, "seeds": r.seeds, "budget": r.budget,
              "family": col.method_label(r.settings, drop=("sampler",)),
-             "where": col.cell_label(cell, drop=("task.split",))})
-    out = []
-    for entries in groups.values():
+             "where": col.cell_label(cell, drop=("task.split", "task.skew"))})
+    figures = []
+    for (where, _), entries in sorted(groups.items(), key=lambda item: label_of(item[1])):
         df = pd.DataFrame(entries)
         if len(df.drop_duplicates(["split", "sampler", "bs"])) < 2:
             continue
-        label = entries[0]["family"] + (f", {entries[0]['where']}" if entries[0]["where"] else "")
-        out.append((label, df, tasks[where]))
-    figures = []
-    for label, df, cells in sorted(out, key=lambda item: item[0]):
-        figures.append((f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), SPLIT_ORDER)))
-        if (probs := split_tokens(cells)) and len(probs) > 1:
+        label, order = label_of(entries), split_order(tasks[where])
+        figures.append((f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), order)))
+        if (probs := split_tokens(tasks[where])) and len(probs) > 1:
             figures.append((f"Token probabilities by split: {label}", label, "split_tokens",
                             plot_split_tokens(f"{label} (the split of seed 0)", probs)))
     return figures
+
+
+def label_of(entries: list) -> str:
+    return entries[0]["family"] + (f", {entries[0]['where']}" if entries[0]["where"] else "")
+
+
+def split_label(cell: dict) -> str:
+    """The split's name, with its strength for the skewed splits ("skewed skew=5")."""
+    split = str(cell.get("task.split", "-"))
+    return f"{split} skew={fmt_value(cell['task.skew'])}" if split.startswith("skewed") and "task.skew" in cell else split
+
+
+def split_order(cells: dict) -> tuple:
+    """The labels of cells (label -> cell) in the plots' order: uniform, random, skewed, then the rest
+    by name; a split's strengths in rising order."""
+    def key(label):
+        split = str(cells[label].get("task.split", "-"))
+        rank = SPLIT_ORDER.index(split) if split in SPLIT_ORDER else len(SPLIT_ORDER)
+        skew = cells[label].get("task.skew")
+        return rank, split, skew if isinstance(skew, (int, float)) and split.startswith("skewed") else 0
+    return tuple(sorted(cells, key=key))
 
 
 def split_tokens(cells: dict) -> list | None:
@@ -81,7 +102,7 @@ def split_tokens(cells: dict) -> list | None:
     from suite.registry import ALL
 
     out = []
-    for split in sorted(cells, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else 99, s)):
+    for split in split_order(cells):
         cell = cells[split]
         settings = {k.removeprefix("task."): v for k, v in cell.items() if k.startswith("task.") and k != "task.name"}
         try:
