@@ -4,12 +4,15 @@
     inputs="onehot": the four tokens one-hot (4 x vocab) into the same MLP: the first Linear
                      then acts as an embedding of its own, so this is not the paper's baseline;
     inputs="scalar": the paper's MLP without embeddings (Sec. 3.3, eq. 1): the four token
-                     values written as four real numbers, x = (a, P, b, P+1) / (P+1).
+                     values written as four real numbers, x = (a, P, b, P+1) / (P+1);
+    inputs="scalar_raw": the same four numbers unscaled, x = (a, P, b, P+1).
 
-Scalar inputs are divided by P+1 (the largest token id), so they lie in [0, 1]. The paper does
-not say whether it scales them; raw ids up to 98 under PyTorch's default initialisation give
-first-layer pre-activations ~50 times those of every other input mode, and the division only
-rescales the first layer's weights (ReLU(W x / s) = ReLU((W / s) x)): the same function class.
+The paper writes the tokens "directly" into x and does not say whether it scales them, so both
+are here. Dividing by P+1 (the largest token id) puts them in [0, 1], like every other input
+mode. It gives the same function class (ReLU(W x / s) = ReLU((W / s) x)) but not the same
+training: Adam moves each weight by about lr whatever its gradient's scale, so with raw ids up
+to 98 the first layer's pre-activations move ~100 times as far per step, and they start ~50
+times larger under PyTorch's default initialisation.
 
 embed_init scales the initial embeddings, N(0, embed_init^2) (torch's default is N(0, 1)): the
 paper's Sec. 4.3 says smaller initial embeddings converge sooner, without an experiment.
@@ -34,7 +37,7 @@ from suite.data import TaskData
 class MLP(nn.Module):
     """Two-layer MLP over token embeddings, one-hot tokens, the tokens' values as numbers, or flattened images."""
 
-    def __init__(self, data: TaskData, *, inputs: Literal["embed", "onehot", "scalar"] = "embed", d: int = 128,
+    def __init__(self, data: TaskData, *, inputs: Literal["embed", "onehot", "scalar", "scalar_raw"] = "embed", d: int = 128,
                  hidden: int = 512, embed_init: float = 1.0):
         super().__init__()
         if d < 1 or hidden < 1:
@@ -49,7 +52,7 @@ class MLP(nn.Module):
         if self.embed is not None:  # N(0, embed_init^2): the same draw, scaled, so 1.0 is torch's default exactly
             self.embed.weight.data.mul_(embed_init)
         width = {"pixels": data.x_train[0].numel(), "embed": seq_len * d, "onehot": seq_len * (self.vocab or 0),
-                 "scalar": seq_len}[self.inputs]
+                 "scalar": seq_len, "scalar_raw": seq_len}[self.inputs]
         self.hidden = nn.Linear(width, hidden)
         self.out = nn.Linear(hidden, data.n_classes)
 
@@ -69,7 +72,7 @@ class MLP(nn.Module):
             return x.float() / 255 if x.dtype == torch.uint8 else x.float()
         if self.inputs == "onehot":
             return F.one_hot(x, self.vocab).float()
-        return x.float() / (self.vocab - 1)
+        return x.float() / (self.vocab - 1) if self.inputs == "scalar" else x.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.embed(x) if self.inputs == "embed" else self.numbers(x)

@@ -44,6 +44,8 @@ def test_scalar_inputs_are_the_four_token_values_scaled_to_one():
     # a and b are read by position: swapping them is another input.
     assert not torch.equal(model(x[:, [2, 1, 0, 3]]), model(x))
     assert resolve({"model": "mlp"}, {"inputs": "scalar"})["model"]["inputs"] == "scalar"  # the spec records the mode
+    raw = built(p=13, inputs="scalar_raw").model  # the same numbers unscaled: the paper does not say which
+    assert torch.allclose(raw(x), raw.out(torch.relu(x.float() @ raw.hidden.weight.T + raw.hidden.bias)))
 
 
 def test_param_groups_split_embedding_from_rest():

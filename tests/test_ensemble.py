@@ -283,7 +283,7 @@ def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("task,settings", [
-    ("modular", {"inputs": "embed"}), ("modular", {"inputs": "onehot"}), ("modular", {"inputs": "scalar"}),
+    ("modular", {"inputs": "embed"}), ("modular", {"inputs": "onehot"}), ("modular", {"inputs": "scalar"}), ("modular", {"inputs": "scalar_raw"}),
     ("polygons", {"resolution": 8, "n_val": 64}),
 ])
 def test_the_mlps_own_stacked_forward_is_the_vmapped_one_bit_for_bit(task, settings, threads):

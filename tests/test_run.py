@@ -110,7 +110,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     (["--steps", "-5"], "steps must be positive"),
     (["--set", "nosuchkey=1"], "no chosen component takes 'nosuchkey'"),
     (["--set", "p=abc"], "p takes int"),
-    (["--set", "inputs=maybe"], "is not one of embed, onehot, scalar"),
+    (["--set", "inputs=maybe"], "is not one of embed, onehot, scalar, scalar_raw"),
     (["--set", "lr"], "--set takes KEY=VALUE"),
     (["--opt", "adamlr", "--set", "inputs=scalar"], "no token embedding"),
     (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
