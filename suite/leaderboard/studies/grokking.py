@@ -51,10 +51,11 @@ def sampling(page: Page) -> list:
         cell = col.cells[r.cell_id]
         # The skew is part of the split: the random and uniform splits do not read it.
         where = settings_key({k: v for k, v in cell.items() if k not in ("task.split", "task.skew")})
-        tasks.setdefault(where, {})[split_label(cell)] = cell
+        split = split_label(cell)
+        tasks.setdefault(where, {})[split] = cell
         family = settings_key({k: v for k, v in r.settings.items() if not k.startswith("sampler.")})
         groups.setdefault((where, family), []).append(
-            {"split": split_label(cell), "sampler": r.settings["sampler.name"],
+            {"split": split, "sampler": r.settings["sampler.name"],
              "bs": r.settings.get("sampler.batch_size", "-"), "grok_median": r.grok_median, "grok_min": r.grok_min,
              "grok_max": r.grok_max, "grokked": r.grokked, "seeds": r.seeds, "budget": r.budget,
              "family": col.method_label(r.settings, drop=("sampler",)),
