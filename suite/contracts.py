@@ -25,7 +25,8 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
   forward cannot be vmapped, or that says `stackable=False`, runs its seeds one after the
   other instead, and a single run never needs vmap. A model may write that stacked forward
   itself, `forward_stacked(params, x)` (stacked parameters by name, x [K, batch, ...]), to
-  skip vmap's overhead; it must equal the vmapped forward (models/mlp.py, tests/test_ensemble.py).
+  skip vmap's overhead; each member must compute what the model alone computes (models/mlp.py,
+  tests/test_ensemble.py).
 - opt: built from the model's parameter groups (groups.embedding, groups.coupled,
   groups.rest, groups.all). `elementwise=True` promises that each element's update depends
   on that element alone (Adam, SGD): the optimizer then trains stacked ensembles exactly.

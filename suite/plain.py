@@ -26,9 +26,9 @@ def settings(spec: dict, kind: str) -> dict:
     return {k: v for k, v in spec[kind].items() if k != "name"}
 
 
-def run(spec: dict) -> dict:
-    """Train spec's steps; the last evaluation, and the seconds of the loop (evaluations included, the
-    build not: what the suite records as a run's wall_s)."""
+def run(spec: dict) -> tuple[dict, MLP]:
+    """Train spec's steps; the last evaluation with the seconds of the loop (evaluations included, the
+    build not: what the suite records as a run's wall_s), and the trained model."""
     torch.set_flush_denormal(True)  # as the suite's loop does
     data = modular(spec["seed"], **settings(spec, "task"))
     torch.manual_seed(spec["seed"])
@@ -54,8 +54,8 @@ def run(spec: dict) -> dict:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    return {"loop_s": time.monotonic() - t0, **last}
+    return {"loop_s": time.monotonic() - t0, **last}, model
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(json.loads(sys.argv[1]))))
+    print(json.dumps(run(json.loads(sys.argv[1]))[0]))

@@ -7,6 +7,7 @@ shape; members then agree to float32 rounding (~1e-7 relative per step), which t
 after memorization can amplify over a long run.
 """
 
+import copy
 import json
 from pathlib import Path
 
@@ -286,9 +287,12 @@ def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation
     ("modular", {"inputs": "embed"}), ("modular", {"inputs": "onehot"}), ("modular", {"inputs": "scalar"}), ("modular", {"inputs": "scalar_raw"}),
     ("polygons", {"resolution": 8, "n_val": 64}),
 ])
-def test_the_mlps_own_stacked_forward_is_the_vmapped_one_bit_for_bit(task, settings, threads):
-    # models/mlp.py's forward_stacked replaces vmap for speed; results stay those of the vmapped
-    # forward, so runs made before it resume and compare bit for bit.
+def test_each_member_of_the_mlps_stacked_forward_is_the_model_alone_bit_for_bit(task, settings, threads):
+    # models/mlp.py's forward_stacked: a seed trained inside a stack, or alone, computes what the
+    # plain model computes for it (logits and gradients), so a run's numbers do not depend on K and
+    # a single run follows the plain PyTorch loop of suite/plain.py step for step.
+    from torch.func import functional_call
+
     from suite.stack import build
 
     torch.set_num_threads(threads)
@@ -298,9 +302,31 @@ def test_the_mlps_own_stacked_forward_is_the_vmapped_one_bit_for_bit(task, setti
         e = b.model
         x = torch.stack([m.data.x_train for m in b.members])
         params = {n: e.stacked(n) for n in e._names}
-        vmapped = torch.vmap(e._member_forward)(params, {}, x)
         own = e(x)
-        assert torch.equal(own, vmapped)
-        for p, q in zip(torch.autograd.grad(own.square().sum(), list(params.values())),
-                        torch.autograd.grad(vmapped.square().sum(), list(params.values()))):
-            assert torch.equal(p, q)
+        grads = torch.autograd.grad(own.square().sum(), list(params.values()))
+        plain = copy.deepcopy(e.base).to_empty(device="cpu")  # the architecture, to be called with member i's weights
+        for i in range(k):
+            alone = {n: p[i].detach().clone().requires_grad_() for n, p in params.items()}
+            logits = functional_call(plain, alone, (x[i],))
+            assert torch.equal(own[i], logits)
+            for g, q in zip(grads, torch.autograd.grad(logits.square().sum(), list(alone.values()))):
+                assert torch.equal(g[i], q)
+
+
+def test_a_single_run_trains_the_weights_of_the_plain_pytorch_loop_bit_for_bit(tmp_path):
+    # suite/plain.py is what `suite bench` times a run against: the same batches, Adam and MLP with
+    # nothing else. The suite's run must train exactly those weights; only the evaluation's losses
+    # may round differently (a per-example sum where the loop takes F.cross_entropy's mean).
+    from suite import plain
+    from suite.weights import load_model
+
+    spec = resolve({}, {"p": 23, "batch_size": 32, "train.steps": 200, "eval_every": 50, "patience": None,
+                        "keep_weights": True})
+    train([spec], [tmp_path / "run"], CPU)
+    last, model = plain.run(spec)
+    suite_model = load_model(tmp_path / "run", "final")
+    for (name, ours), (_, theirs) in zip(suite_model.state_dict().items(), model.state_dict().items()):
+        assert torch.equal(ours, theirs), name
+    record = json.loads(_metrics(tmp_path / "run").splitlines()[-1])
+    assert (record["train_acc"], record["val_acc"]) == (last["train_acc"], last["val_acc"])
+    assert record["train_loss"] == pytest.approx(last["train_loss"], rel=1e-5)
