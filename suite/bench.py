@@ -65,7 +65,8 @@ PROBE_NEEDS = (("transformers", "pip install -e ."), ("gguf", "pip install -e ."
 class Options:
     """What to run and how long. --quick: the same code paths on a tiny task, in seconds."""
 
-    def __init__(self, *, steps: int | None = None, ensembles: str | None = None, skip: str = "", quick: bool = False):
+    def __init__(self, *, steps: int | None = None, ensembles: str | None = None, skip: str = "", quick: bool = False,
+                 repeats: int | None = None):
         self.ensembles = parse_ensembles(ensembles or ("1,2" if quick else "1,8,32"))
         self.skip = parse_skip(skip) | ({"probe", "compile"} if quick else set())
         self.steps = steps if steps is not None else (20 if quick else 600)  # ~8 min on 2 CPU cores
@@ -76,7 +77,11 @@ class Options:
         self.matmul_sizes = (64, 128) if quick else (512, 1024, 2048, 4096)
         self.matmul_min_s = 0.05 if quick else 0.5
         self.warmup_steps, self.timed_steps = (2, 5) if quick else (10, 100)
-        self.repeats = 1 if quick else 3  # plain: suite runs and plain loops, interleaved
+        # plain: suite runs and plain loops, interleaved; the ratio is of the fastest of each, so more
+        # repeats steady it where the machine's speed drifts between runs
+        self.repeats = repeats if repeats is not None else (1 if quick else 3)
+        if self.repeats <= 0:
+            raise SuiteError(f"--repeats must be positive, got {self.repeats}")
 
 
 def parse_ensembles(text: str) -> list[int]:

@@ -242,7 +242,8 @@ def cmd_bench(args) -> int:
     from suite.bench import Options, format_report, run_bench
     from suite.train import resolve_device
 
-    options = Options(steps=args.steps, ensembles=args.ensembles, skip=args.skip, quick=args.quick)
+    options = Options(steps=args.steps, ensembles=args.ensembles, skip=args.skip, quick=args.quick,
+                      repeats=args.repeats)
     device = resolve_device(args.device)  # every flag is checked before anything runs
     report, path = run_bench(device, options, args.out)  # written as it goes: an interruption keeps what was measured
     print(format_report(report))
@@ -354,6 +355,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ensembles", help="ensemble sizes K, comma-separated (default 1,8,32; quick 1,2)")
     p.add_argument("--skip", default="", help="sections to skip, comma-separated: matmul,plain,steps,ensembles,probe,compile")
     p.add_argument("--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)")
+    p.add_argument("--repeats", type=int, help="suite runs and plain loops in the plain section, interleaved; the ratio is "
+                                               "of the fastest of each (default 3; quick 1)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("chunk", help="(used by the backends) run chunk I of a grid manifest")

@@ -25,7 +25,7 @@ def numbers(tree):
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "b.json"
-    proc = run_cli("bench", "--quick", "--out", out)
+    proc = run_cli("bench", "--quick", "--repeats", "2", "--out", out)
     assert proc.returncode == 0, proc.stderr
     return proc, json.loads(out.read_text()), out
 
@@ -80,9 +80,9 @@ def test_figures_are_consistent(quick):
 def test_the_suite_and_the_plain_loop_run_side_by_side(quick):
     proc, report, _ = quick
     plain = report["plain"]
-    assert (plain["p"], plain["steps"], plain["eval_every"], plain["repeats"]) == (43, 20, 20, 1)
+    assert (plain["p"], plain["steps"], plain["eval_every"], plain["repeats"]) == (43, 20, 20, 2)
     for key in ("suite_wall_s", "plain_wall_s", "suite_loop_s", "plain_loop_s"):
-        assert len(plain[key]) == 1 and all(0 < t < 600 for t in plain[key]), key
+        assert len(plain[key]) == 2 and all(0 < t < 600 for t in plain[key]), key
     assert plain["ratio"] == pytest.approx(min(plain["suite_wall_s"]) / min(plain["plain_wall_s"]), rel=1e-12)
     assert plain["loop_ratio"] == pytest.approx(min(plain["suite_loop_s"]) / min(plain["plain_loop_s"]), rel=1e-12)
     assert plain["suite_wall_s"][0] > plain["suite_loop_s"][0] and plain["plain_wall_s"][0] > plain["plain_loop_s"][0]
@@ -114,7 +114,7 @@ def test_skipped_limit_leaves_no_fraction(tmp_path):
 
 
 @pytest.mark.parametrize("flags", [("--ensembles", "0,8"), ("--ensembles", "1,x"), ("--skip", "probe,nonsense"),
-                                   ("--steps", "0"), ("--device", "tpu")])
+                                   ("--steps", "0"), ("--repeats", "0"), ("--device", "tpu")])
 def test_bad_flags_one_line_exit_2_nothing_written(tmp_path, flags):
     out = tmp_path / "b.json"
     proc = run_cli("bench", "--quick", *flags, "--out", out)
