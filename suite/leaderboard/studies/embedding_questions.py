@@ -161,7 +161,7 @@ def weight_decay_x_frequency(page: Page) -> list:
         grok.plot(1 / failed["wd"], failed["budget"], "o", markerfacecolor="none", color=look["color"], markersize=8)
         for r in df[df["grokked"] < df["seeds"]].itertuples():
             grok.annotate(f"{r.grokked}/{r.seeds}", (1 / r.wd, r.grok_median if r.grokked else r.budget),
-                          textcoords="offset points", xytext=(-5, 5), ha="right", fontsize="small")
+                          textcoords="offset points", xytext=(0, 7), ha="center", fontsize="small")
         has = df[df["norm_x_wd_median"].notna()]
         norm.errorbar(has["wd"], has["norm_x_wd_median"], capsize=3, marker="o", **look,
                       yerr=[has["norm_x_wd_median"] - has["norm_x_wd_min"], has["norm_x_wd_max"] - has["norm_x_wd_median"]])
