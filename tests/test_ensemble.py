@@ -40,6 +40,10 @@ def _metrics(run_dir: Path) -> str:
     return (run_dir / "metrics.jsonl").read_text()
 
 
+def _bit_for_bit(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert torch.equal(a, b), f"max difference {(a - b).abs().max().item():.3g}"
+
+
 def _same_result(a: dict, b: dict) -> bool:
     timing = ("wall_s", "steps_per_s", "ensemble_size")
     return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
@@ -287,15 +291,19 @@ def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation
     ("modular", {"inputs": "embed"}), ("modular", {"inputs": "onehot"}), ("modular", {"inputs": "scalar"}), ("modular", {"inputs": "scalar_raw"}),
     ("polygons", {"resolution": 8, "n_val": 64}),
 ])
-def test_each_member_of_the_mlps_stacked_forward_is_the_model_alone_bit_for_bit(task, settings, threads):
+def test_each_member_of_the_mlps_stacked_forward_is_the_model_alone(task, settings, threads):
     # models/mlp.py's forward_stacked: a seed trained inside a stack, or alone, computes what the
     # plain model computes for it (logits and gradients), so a run's numbers do not depend on K and
-    # a single run follows the plain PyTorch loop of suite/plain.py step for step.
+    # a single run follows the plain PyTorch loop of suite/plain.py step for step. Bit for bit on one
+    # thread, on any CPU. On two, MKL is free to split a product's sum between the threads for one
+    # matrix (the model alone) and not for a batch of them (the stack): on an Intel Xeon with AVX-512
+    # a weight gradient came out 781.7108 stacked vs 781.7106 alone, so the promise is float32 rounding.
     from torch.func import functional_call
 
     from suite.stack import build
 
     torch.set_num_threads(threads)
+    same = _bit_for_bit if threads == 1 else torch.testing.assert_close  # float32: rtol 1.3e-6
     for k in (1, 3):
         small = SMALL if task == "modular" else {"batch_size": 16, "train.steps": 60, "eval_every": 10}
         b = build(_specs({"task": task}, {**small, "d": 16, "hidden": 32, **settings}, seeds=range(k)), CPU)
@@ -308,9 +316,9 @@ def test_each_member_of_the_mlps_stacked_forward_is_the_model_alone_bit_for_bit(
         for i in range(k):
             alone = {n: p[i].detach().clone().requires_grad_() for n, p in params.items()}
             logits = functional_call(plain, alone, (x[i],))
-            assert torch.equal(own[i], logits)
+            same(own[i], logits)
             for g, q in zip(grads, torch.autograd.grad(logits.square().sum(), list(alone.values()))):
-                assert torch.equal(g[i], q)
+                same(g[i], q)
 
 
 def test_a_single_run_trains_the_weights_of_the_plain_pytorch_loop_bit_for_bit(tmp_path):
