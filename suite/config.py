@@ -16,8 +16,9 @@ class TrainConfig:
     steps: int = 20_000  # update budget
     eval_every: int = 50  # evaluate on the whole train and val sets every this many steps
     memorization: float = 0.99  # train accuracy that counts as memorized
-    target: float = 0.99  # val accuracy that counts as grokked
-    patience: Optional[int] = 500  # stop once val acc has held the target this many steps; None = never
+    target: float = 0.99  # val accuracy that counts as grokked, once it has held `hold` steps
+    hold: int = 1000  # steps val acc must stay >= target from the grok step on (0: the first touch counts)
+    patience: Optional[int] = 1000  # stop once val acc has held the target this many steps (>= hold); None = never
     warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
     loss: Literal[LOSS_NAMES] = "ce"  # ce (softmax cross-entropy) or stablemax
     eval_batch: int = 8192  # examples per evaluation chunk (per member of an ensemble)
@@ -41,7 +42,10 @@ class TrainConfig:
             raise SuiteError(f"unknown loss '{self.loss}'; known: {', '.join(LOSS_NAMES)}")
         if self.hessian_every is not None and self.hessian_every <= 0:
             raise SuiteError(f"hessian_every must be positive (or None), got {self.hessian_every}")
-        if self.warmup_steps < 0 or (self.patience is not None and self.patience < 0):
-            raise SuiteError("warmup_steps and patience must be >= 0")
+        if self.warmup_steps < 0 or self.hold < 0 or (self.patience is not None and self.patience < 0):
+            raise SuiteError("warmup_steps, hold and patience must be >= 0")
+        if self.patience is not None and self.patience < self.hold:
+            raise SuiteError(f"patience ({self.patience}) is shorter than hold ({self.hold}): a run may not stop "
+                             "before its hold window ends")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise SuiteError(f"grad_clip must be positive (or None), got {self.grad_clip}")

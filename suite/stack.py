@@ -149,7 +149,7 @@ class Stack:
             write_json(m.run_dir / "spec.json", m.spec)
             if start:
                 print(f"resuming {m.run_dir.path} from step {start}", file=sys.stderr)
-            m.milestones = Milestones(self.cfg.memorization, self.cfg.target)
+            m.milestones = Milestones(self.cfg.memorization, self.cfg.target, self.cfg.hold)
             for record in history:
                 m.milestones.update(record)
             m.metrics_file = m.run_dir.restart_metrics(history)
@@ -275,7 +275,11 @@ class Stack:
                                            cfg.eval_batch)
             _record(m, record)
             if cfg.keep_weights:
-                for moment, reached in (("memorization", m.milestones.memorization_step), ("grok", m.milestones.grok_step)):
+                # the grok step is known only once the target has held: keep the weights at the start
+                # of every streak until one holds (finish() drops them if none did)
+                candidate = m.milestones.grok_step in (None, step)
+                for moment, reached in (("memorization", m.milestones.memorization_step),
+                                        ("grok", m.milestones.held_since if candidate else None)):
                     if reached == step:
                         weights.save(m.run_dir.path, moment, self.model.member_state_dicts()[i], step)
         self.running_correct.zero_()
@@ -336,8 +340,11 @@ class Stack:
             "run_id": spec_id(m.spec),
             "runner": TRAIN,
             "memorization_step": m.milestones.memorization_step,
-            "grok_step": m.milestones.grok_step,
+            "grok_step": m.milestones.grok_step,  # held for train.hold steps (suite.measures.Milestones)
             "delay": m.milestones.delay,
+            "first_touch_step": m.milestones.first_touch_step,
+            "collapsed": m.milestones.collapsed,
+            "best_val_acc": m.milestones.best_val_acc,
             "final_train_acc": record["train_acc"],
             "final_val_acc": record["val_acc"],
             "final_train_loss": record["train_loss"],
@@ -354,6 +361,8 @@ class Stack:
         }
         if self.cfg.keep_weights and not m.diverged:  # before result.json: a finished run has its weights
             weights.save(m.run_dir.path, "final", self.model.member_state_dicts()[self.live.index(m)], step)
+        if self.cfg.keep_weights and m.milestones.grok_step is None:  # a streak that never held
+            weights.drop(m.run_dir.path, "grok")
         write_json(m.run_dir / "result.json", m.result)
         if m.tracker is not None:
             m.tracker.finish(m.result)

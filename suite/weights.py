@@ -1,9 +1,10 @@
 """A run's model weights kept at its milestones, and the model loaded back from a run dir.
 
 With `--set keep_weights=true` a run writes run_dir/weights/memorization.safetensors (the
-first evaluation with train accuracy >= train.memorization), grok.safetensors (the grok step)
-and final.safetensors (where it stopped): the model's own state dict, in a separate run's
-layout also for a member of an ensemble, with the step in the file's metadata.
+first evaluation with train accuracy >= train.memorization), grok.safetensors (the grok step:
+where the streak began that held the target for train.hold steps) and final.safetensors (where
+it stopped): the model's own state dict, in a separate run's layout also for a member of an
+ensemble, with the step in the file's metadata.
 
     from suite.weights import load_model
     model = load_model("runs/.../seed0-...", "grok")   # the model as it was at its grok step
@@ -45,6 +46,10 @@ def save(run_dir: str | Path, moment: str, state: dict[str, torch.Tensor], step:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def drop(run_dir: str | Path, moment: str) -> None:
+    path_of(run_dir, moment).unlink(missing_ok=True)
 
 
 def step_of(run_dir: str | Path, moment: str) -> int:

@@ -9,15 +9,17 @@ rest. `split` says how both are drawn:
 - uniform: "all combinations of a and b evenly across training and test sets": the test set,
            then the training set from the rest, each a degree-balanced pick (every value of a,
            and of b, appears equally often in it, +-1, as far as the pool allows);
-- skewed:  "a bias in the combinations of a" in the training *and* the test set: both drawn
-           without replacement with probability proportional to (a + 1) ** -skew, test first.
-           A strong skew fills both with small a; the large a then appear in neither, and the
-           middle ones mostly on one side only (the paper gives no formula: `skew` is ours).
-           The default, 5, is the weakest strength of the grid `sampling`'s sweep at which the
-           paper's claim holds (Sec. 5.1: fits the training set, fails to generalize, at lr 1e-3
-           and batch 64): no seed of three grokked a+b, where at 3 two did;
-- skewed_train: the milder variant (the suite's `skewed` before the paper reading): a random
-           test set, the training set weighted by (a + 1) ** -skew.
+- skewed:  "a bias in the combinations of a" in the training *and* the test set, alike (the paper's
+           Fig. 8 shows both sets skewed the same way): test and training pairs are drawn together,
+           without replacement, with probability proportional to (a + 1) ** -skew, then dealt at
+           random into the two sets. A rare a is rare in both and, where the draw holds it at all,
+           present in both. The paper gives no formula; the default strength, 1, is Zipf's law
+           (word frequencies fall as 1 / rank), fixed before any run of this construction;
+- skewed_holdout: an out-of-distribution hold-out (the suite's `skewed` before it drew both
+           sets alike): the test set drawn first with the skew, which uses up the small a, then
+           the training set with the skew from the rest, so the most frequent test operands are
+           rare or absent in training;
+- skewed_train: a random test set, the training set alone weighted by (a + 1) ** -skew.
 Grokking-Insight's structured splits keep a block out of training and test on everything
 else, as in its code (test_frac does not apply):
 - rec: no pair with a <= k and b <= k is trained on;
@@ -145,10 +147,10 @@ def modular(
     *,
     p: int = 97,
     op: Literal["add", "sub", "mul", "div", "sqsum"] = "add",
-    split: Literal["random", "uniform", "skewed", "skewed_train", "rec", "str"] = "random",
+    split: Literal["random", "uniform", "skewed", "skewed_holdout", "skewed_train", "rec", "str"] = "random",
     test_frac: float = 0.2,
     train_frac: float = 0.3,
-    skew: float = 5.0,
+    skew: float = 1.0,
     k: int = 30,
     data_seed: Optional[int] = None,
     nonzero_b: bool = False,
@@ -191,10 +193,15 @@ def modular(
             train = pool[_uniform_pick(a[pool], b[pool], n_train, p, g)]
         else:
             weight = (a + 1).double().pow(-skew)
-            val = (everything[torch.multinomial(weight[everything], n_test, replacement=False, generator=g)]
-                   if split == "skewed" else everything[:n_test])
-            pool = _rest(everything, val, total)
-            train = pool[torch.multinomial(weight[pool], n_train, replacement=False, generator=g)]
+            if split == "skewed":  # one skewed draw for both sets, dealt at random
+                drawn = everything[torch.multinomial(weight[everything], n_test + n_train, replacement=False, generator=g)]
+                drawn = drawn[torch.randperm(len(drawn), generator=g)]
+                val, train = drawn[:n_test], drawn[n_test:]
+            else:
+                val = (everything[torch.multinomial(weight[everything], n_test, replacement=False, generator=g)]
+                       if split == "skewed_holdout" else everything[:n_test])
+                pool = _rest(everything, val, total)
+                train = pool[torch.multinomial(weight[pool], n_train, replacement=False, generator=g)]
         val = val.sort().values
 
     x = torch.stack([a, torch.full_like(a, p), b, torch.full_like(a, p + 1)], dim=1)

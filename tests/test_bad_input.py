@@ -72,7 +72,7 @@ SETTINGS = {  # kind -> (arguments, what the line says)
     "memorization accuracy 0": ([*MODULAR, "--set", "memorization=0"], "memorization is an accuracy in (0, 1]"),
     "zero gradient clip": ([*MODULAR, "--set", "grad_clip=0"], "grad_clip must be positive"),
     "zero hessian interval": ([*MODULAR, "--set", "hessian_every=0"], "hessian_every must be positive"),
-    "negative warmup": ([*MODULAR, "--set", "warmup_steps=-1"], "warmup_steps and patience must be >= 0"),
+    "negative warmup": ([*MODULAR, "--set", "warmup_steps=-1"], "warmup_steps, hold and patience must be >= 0"),
     "probe with one query per group": (["--task", "number_probe", "--set", "per_group=1"], "per_group >= 2"),
     "probe with zero threads": (["--task", "number_probe", "--set", "threads=0"], "threads must be >= 1"),
 }

@@ -71,7 +71,7 @@ def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, sett
 
 def test_members_stop_early_on_their_own(tmp_path):
     # A target some seeds reach by chance at different evaluations: each stops when its separate run would.
-    specs = _specs({}, {**SMALL, "d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "patience": 0},
+    specs = _specs({}, {**SMALL, "d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0},
                    seeds=range(4))
     together = train(specs, [tmp_path / "ens" / str(i) for i in range(4)], CPU)
     alone = [train([s], [tmp_path / "alone" / str(i)], CPU)[0] for i, s in enumerate(specs)]
@@ -216,7 +216,7 @@ def _cross_specs(choices, settings):
 
 
 @pytest.mark.parametrize("choices,settings", [
-    ({}, {"d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "patience": 0}),  # with early stops
+    ({}, {"d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0}),  # with early stops
     ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
 ])
 def test_cells_that_differ_in_their_task_stack_and_each_equals_its_separate_run(tmp_path, choices, settings):

@@ -56,22 +56,40 @@ def a_counts(x):
     return torch.bincount(x[:, 0], minlength=97)
 
 
-def test_skewed_split_biases_a_in_train_and_test_and_its_strength_sets_how_much():
-    """Both sets drawn with probability ~ (a + 1) ** -skew, the test set first: small a fill both."""
+def a_marginal(x):
+    counts = a_counts(x).double()
+    return counts / counts.sum()
+
+
+def total_variation(data):
+    return 0.5 * (a_marginal(data.x_train) - a_marginal(data.x_val)).abs().sum().item()
+
+
+def test_skewed_split_biases_a_alike_in_train_and_test_and_its_strength_sets_how_much():
+    """One draw of both sets with probability ~ (a + 1) ** -skew, dealt at random: the same skew in both."""
     mean_a = {}
     for skew in (0.0, 1.0, 3.0):
         data = modular(0, p=97, split="skewed", skew=skew)
-        assert len(data.y_val) == round(0.2 * 97 * 97) and not pairs(data.x_train) & pairs(data.x_val)
+        assert len(data.y_val) == round(0.2 * 97 * 97) and len(data.y_train) == round(0.3 * 97 * 97)
+        assert not pairs(data.x_train) & pairs(data.x_val)
         train, val = a_counts(data.x_train), a_counts(data.x_val)
         mean_a[skew] = (data.x_train[:, 0].float().mean().item(), data.x_val[:, 0].float().mean().item())
         if skew > 0:
             assert train[:30].sum() > 2 * train[-30:].sum() and val[:30].sum() > 2 * val[-30:].sum()
     assert mean_a[0.0][0] == pytest.approx(48, abs=3) and mean_a[0.0][1] == pytest.approx(48, abs=3)  # no skew: none
     assert mean_a[3.0][0] < mean_a[1.0][0] < mean_a[0.0][0] and mean_a[3.0][1] < mean_a[1.0][1] < mean_a[0.0][1]
-    # A strong skew takes the smallest a whole into the test set: some test pairs have an a never trained on.
-    strong = modular(0, p=97, split="skewed", skew=3.0)
-    assert (a_counts(strong.x_train)[strong.x_val[:, 0]] == 0).float().mean() > 0.2
-    # The mild variant skews the training set only, against a random test set.
+    # In distribution: train and test marginals of a are as close as a random split's (total variation
+    # ~0.12), and every test operand a was trained on (the draw at skew 3 leaves no a out of both).
+    for seed in range(3):
+        skewed, random = modular(seed, p=97, split="skewed", skew=3.0), modular(seed, p=97, split="random")
+        assert total_variation(skewed) <= 1.1 * total_variation(random)
+        assert (a_counts(skewed.x_train)[skewed.x_val[:, 0]] > 0).all()
+
+
+def test_the_holdout_skew_takes_the_small_a_into_the_test_set_and_the_train_skew_keeps_a_random_test_set():
+    strong = modular(0, p=97, split="skewed_holdout", skew=3.0)
+    assert total_variation(strong) > 0.5  # out of distribution
+    assert (a_counts(strong.x_train)[strong.x_val[:, 0]] == 0).float().mean() > 0.2  # test a never trained on
     mild = modular(0, p=97, split="skewed_train", skew=1.0)
     assert a_counts(mild.x_train)[:10].sum() > 3 * a_counts(mild.x_train)[-10:].sum()
     assert torch.equal(mild.x_val, modular(0, p=97, split="random").x_val)

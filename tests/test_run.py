@@ -151,12 +151,18 @@ def test_list_shows_every_component_with_parameters():
 def test_a_small_cell_groks(tmp_path):
     """Memorization first, then generalization: the phenomenon the suite measures (p = 31, ~10 s)."""
     proc = run_cli("run", "--set", "p=31", "--set", "train_frac=0.5", "--set", "test_frac=0.5", "--set",
-                   "batch_size=128", "--set", "eval_every=25", "--set", "patience=0", "--steps", "4000",
-                   "--out", tmp_path / "run")
+                   "batch_size=128", "--set", "eval_every=25", "--set", "hold=200", "--set", "patience=300",
+                   "--steps", "4000", "--out", tmp_path / "run")
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "run/result.json").read_text())
     assert result["memorization_step"] is not None and result["grok_step"] is not None
     assert result["grok_step"] > result["memorization_step"] and result["stop_reason"] == "target held"
+    # grokked = held: every evaluation from the grok step to where the run stopped is at the target
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    held = [r["val_acc"] for r in records if r["step"] >= result["grok_step"]]
+    assert result["steps"] >= result["grok_step"] + 300 and min(held) >= 0.99
+    assert result["first_touch_step"] <= result["grok_step"] and result["best_val_acc"] >= 0.99
+    assert result["collapsed"] is False
 
 
 def test_readme_main_command_runs_the_quick_grid_then_prints_its_leaderboard(tmp_path):

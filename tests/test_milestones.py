@@ -1,0 +1,46 @@
+"""What a run reached: memorization, first touch, the held grok step, collapse (suite.measures.Milestones)."""
+
+import pytest
+
+from suite.config import TrainConfig
+from suite.errors import SuiteError
+from suite.measures import Milestones
+
+
+def replay(vals, hold, target=0.99, every=100):
+    return Milestones.of([{"step": i * every, "train_acc": 1.0, "val_acc": v} for i, v in enumerate(vals)],
+                         0.99, target, hold)
+
+
+def test_a_touch_that_falls_back_before_the_hold_ends_is_not_a_grok():
+    m = replay([0.1, 0.995, 0.99, 0.98, 0.995, 0.999, 1.0, 0.999], hold=300)
+    assert (m.first_touch_step, m.grok_step, m.collapsed) == (100, 400, False)
+    assert m.best_val_acc == 1.0 and m.delay == 400
+
+
+def test_a_run_that_touches_and_collapses_never_groks_and_is_marked_collapsed():
+    m = replay([0.1, 0.995, 0.992, 0.3, 0.01, 0.01], hold=300)
+    assert (m.first_touch_step, m.grok_step, m.collapsed, m.best_val_acc) == (100, None, True, 0.995)
+
+
+def test_a_collapse_after_holding_keeps_the_grok_step_and_says_it_collapsed():
+    m = replay([0.1, 0.995, 0.995, 0.995, 0.995, 0.2, 0.995], hold=300)
+    assert (m.grok_step, m.collapsed) == (100, True)
+    assert replay([0.1, 0.995, 0.995, 0.995, 0.995, 0.6], hold=300).collapsed is False  # above half the target
+
+
+def test_hold_zero_is_the_first_touch_and_the_budget_cuts_an_unfinished_hold():
+    assert replay([0.1, 0.995, 0.2], hold=0).grok_step == 100
+    records = [{"step": s, "train_acc": 1.0, "val_acc": 0.995 if s >= 100 else 0.1} for s in range(0, 1001, 100)]
+    assert Milestones.of(records, 0.99, 0.99, 300, until=1000).grok_step == 100
+    assert Milestones.of(records, 0.99, 0.99, 300, until=300).grok_step is None  # the hold ran past the budget
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"hold": -1}, "hold and patience must be >= 0"),
+    ({"hold": 1000, "patience": 500}, "patience \\(500\\) is shorter than hold \\(1000\\)"),
+])
+def test_a_run_may_not_stop_before_its_hold_window_ends(settings, message):
+    with pytest.raises(SuiteError, match=message):
+        TrainConfig(**settings)
+    TrainConfig(hold=1000, patience=None)  # never stopping early is fine
