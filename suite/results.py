@@ -58,9 +58,11 @@ def summary(result: dict, who: str = "") -> str | None:
         return None
     shared = result.get("ensemble_size", 1)
     val = result["final_val_acc"]
-    return (who + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}  "
+    touch = f"  (first touch {result['first_touch_step']})" if result.get("first_touch_step") != result["grok_step"] else ""
+    return (who + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}{touch}  "
             f"delay {result['delay']}  final val_acc {'-' if val is None else f'{val:.4f}'}  "
             f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}"
             + (f" (its share of an ensemble of {shared})" if shared > 1 else "")
+            + ("  COLLAPSED: val acc fell below half the target after touching it" if result.get("collapsed") else "")
             + ("  DIVERGED: loss or parameters not finite; final values are the last finite evaluation's"
                if result.get("stop_reason") == "diverged" else ""))

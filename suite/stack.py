@@ -28,7 +28,8 @@ from suite.contracts import GradFilter, Sampler, Tracker
 from suite.data import TaskData
 from suite.ensemble import Ensemble
 from suite.hessian import hessian_measures
-from suite.measures import LOSSES, Milestones, evaluate, progress_columns, sigma_ratio, to_host
+from suite.measures import LOSSES, evaluate, progress_columns, sigma_ratio, to_host
+from suite.milestones import Milestones
 from suite.registry import ALL, SuiteError
 from suite.results import TRAIN, git_commit, git_dirty
 from suite.rundir import RunDir, UnreadableFile, rng_states, set_rng_states, write_json

@@ -14,7 +14,7 @@ import pytest
 from suite.cli import main
 from suite.leaderboard import generate
 from suite.leaderboard.collect import CellLabels, MethodLabels
-from suite.leaderboard.stats import best_val_acc, is_plain, performance_profile, pick_baseline, summarise
+from suite.leaderboard.stats import is_plain, outcome, performance_profile, pick_baseline, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "leaderboard"
@@ -148,25 +148,41 @@ def test_baseline_is_the_plain_row_that_agrees_most_then_the_fastest():
     assert pick_baseline(method(), []) is None
 
 
+CELL = {"train.memorization": 0.99, "train.target": 0.99, "train.hold": 100}
+
+
+def curve(vals, every=50):
+    """metrics.jsonl as the leaderboard reads it: val acc per evaluation, train acc 1 from step 50."""
+    return pd.DataFrame([{"step": i * every, "train_acc": 1.0 if i else 0.1, "val_acc": v} for i, v in enumerate(vals)])
+
+
+def reached(vals, budget=1000, **cell):
+    return outcome(curve(vals), {}, CELL | cell, budget)
+
+
+def test_outcome_judges_a_run_by_the_held_rule_within_the_budget():
+    run = reached([0.01, 0.5, 0.995, 0.3, 0.995, 0.995, 0.995, 0.9])
+    assert (run["first_touch_step"], run["grok_step"], run["collapsed"], run["time"]) == (100, 200, True, 200)
+    assert (run["memorization_step"], run["best_val"], run["final_val"]) == (50, 0.995, 0.9)
+    # the hold must end within the budget; the evaluations after the budget do not count
+    assert math.isinf(reached([0.01, 0.5, 0.995, 0.995, 0.995], budget=150)["time"])
+    cut = reached([0.01, 0.5, 0.3, 0.995, 0.995, 0.995, 0.2], budget=250)
+    assert (cut["grok_step"], cut["collapsed"], cut["final_val"]) == (150, False, 0.995)
+    # without metrics: result.json's milestones, those within the budget
+    old = outcome(None, {"memorization_step": 50, "grok_step": 1200, "first_touch_step": 900}, CELL, 1000)
+    assert (old["memorization_step"], old["grok_step"], old["first_touch_step"]) == (50, None, 900)
+
+
 def test_time_to_target_is_the_median_with_failures_as_inf():
-    def group(*grok):
-        return pd.DataFrame({"memorization_step": [10] * len(grok), "grok_step": list(grok), "wall_s": [1.0] * len(grok)})
+    def row(*vals_per_seed, budget=1000):
+        return summarise([reached(vals, budget) for vals in vals_per_seed], [1.0] * len(vals_per_seed))
 
-    assert summarise(group(100, None, 300), budget=1000, best_val=[])["time_to_target"] == 300
-    assert math.isinf(summarise(group(100, None), budget=1000, best_val=[])["time_to_target"])
-    late = summarise(group(100, 2000), budget=1500, best_val=[])  # grokked after the cell's budget: a failure
-    assert late["grokked"] == 1 and math.isinf(late["time_to_target"]) and late["grok_median"] == 100
-    assert late["delay_median"] == 90
-
-
-def test_best_val_is_the_highest_evaluation_within_the_budget():
-    metrics = pd.DataFrame({"step": [0, 50, 100, 150], "val_acc": [0.01, 0.72, 0.70, 0.95]})
-    assert best_val_acc(metrics, budget=100) == 0.72  # the 0.95 came after the budget
-    assert best_val_acc(metrics, budget=1000) == 0.95
-    assert math.isnan(best_val_acc(None, budget=100))
-    group = pd.DataFrame({"memorization_step": [10, 10, 10], "grok_step": [None] * 3, "wall_s": [1.0] * 3})
-    row = summarise(group, budget=100, best_val=[0.68, 0.72, math.nan])  # a seed without metrics is left out
-    assert (row["best_val_median"], row["best_val_min"], row["best_val_max"]) == (0.70, 0.68, 0.72)
+    held, never, late = [0.1, 0.995, 0.995, 0.995], [0.1, 0.5, 0.5, 0.5], [0.1, 0.2, 0.3, 0.995, 0.995, 0.995]
+    assert row(held, never, late)["time_to_target"] == 150  # 50, inf, 150
+    assert math.isinf(row(held, never)["time_to_target"])
+    touched = row([0.1, 0.995, 0.2, 0.1], held)  # touched then collapsed: a failure, and counted as touched
+    assert (touched["grokked"], touched["touched"], touched["collapsed"], touched["times"]) == (1, 2, 1, [math.inf, 50.0])
+    assert (touched["best_val_median"], touched["final_val_min"], touched["final_val_max"]) == (0.995, 0.1, 0.995)
 
 
 def test_performance_profile_scores():
@@ -174,8 +190,8 @@ def test_performance_profile_scores():
             ("B", "m1", 300), ("B", "m2", 100),
             ("C", "m1", 50),  # one method only: compares nothing
             ("D", "m1", math.inf), ("D", "m2", math.inf)]  # nobody reached the target
-    table = pd.DataFrame([{"task": "t", "model": "m", "cell_label": c, "method": m, "time_to_target": float(t)}
-                          for c, m, t in rows])
+    table = pd.DataFrame([{"task": "t", "model": "m", "cell_label": c, "method": m, "time_to_target": float(t),
+                           "settings": {}} for c, m, t in rows])
     ratios, scores = performance_profile(table, tau_max=4)
     assert sorted(ratios["cell"].unique()) == ["A", "B"]
     by = scores.set_index("method")
@@ -418,3 +434,92 @@ def test_the_sampling_figure_names_each_skew_and_ignores_it_where_the_split_does
     probs = dict(split_tokens(labelled))
     mild, strong = probs["skewed skew=0.5"]["test"][0], probs["skewed skew=5"]["test"][0]
     assert strong[:5].sum() > mild[:5].sum()  # the figure draws each strength's own split
+
+
+def write_curve_run(root: Path, seed: int, vals: list[float], opt: str = "adam", steps: int = 1000, bs: int = 64,
+                    split: str = "random") -> Path:
+    """A training run with its metrics: val acc per evaluation every 100 steps, hold 200."""
+    spec = {"task": {"name": "modular", "p": 23, "split": split}, "model": {"name": "mlp"},
+            "opt": {"name": opt, "lr": 0.001}, "filter": {"name": "none"}, "sampler": {"name": "random", "batch_size": bs},
+            "train": {"steps": steps, "eval_every": 100, "memorization": 0.99, "target": 0.95, "hold": 200,
+                      "patience": 200}, "seed": seed}
+    run = root / f"modular-mlp-{opt}-{split}-bs{bs}" / f"seed{seed}-{steps}"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "wall_s": 1.0, "git_commit": "a" * 40}))
+    records = [{"step": 100 * i, "train_acc": 1.0, "val_acc": v, "train_loss": 0.1, "val_loss": 1.0}
+               for i, v in enumerate(vals)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+GROKS = [0.1, 0.5, 0.96, 0.97, 0.98, 0.99]  # touches 0.95 at step 200 and holds: grok step 200
+
+
+def test_a_seed_run_with_two_budgets_counts_once(tmp_path, capsys):
+    for seed in range(3):
+        write_curve_run(tmp_path / "runs", seed, GROKS + [0.99] * 10, steps=1500)
+    write_curve_run(tmp_path / "runs", 0, GROKS, steps=500)  # seed 0 again, a shorter budget
+    generate(tmp_path / "runs", tmp_path / "out")
+    row = pd.read_csv(tmp_path / "out" / "modular-mlp.csv").iloc[0]
+    assert (row["seeds"], row["grokked"], row["budget"]) == (3, 3, 1500)
+    assert "1 runs of a seed that also ran with a longer budget were left out" in capsys.readouterr().err
+
+
+def test_a_touch_that_collapses_is_a_failure_with_its_own_columns(tmp_path):
+    root = tmp_path / "runs"
+    for seed in range(5):
+        write_curve_run(root, seed, GROKS)
+        write_curve_run(root, seed, [0.1, 0.96, 0.2, 0.1, 0.1, 0.1], opt="adamlr")  # touched, collapsed
+    generate(root, tmp_path / "out")
+    table = pd.read_csv(tmp_path / "out" / "modular-mlp.csv").set_index("method")
+    lr = table.loc["adamlr"]
+    assert (lr["grokked"], lr["touched"], lr["collapsed"], lr["final_val_max"]) == (0, 5, 5, 0.1)
+    assert math.isinf(lr["time_to_target"]) and lr["speedup"] == 0 and lr["verdict"] == "slower"
+    assert lr["p_value"] == pytest.approx(2 / 32) and lr["speedup_ci_high"] == 0
+    assert "| 0/5 | 5/5 | 5/5 |" in (tmp_path / "out" / "modular-mlp.md").read_text()
+
+
+def test_the_baseline_column_names_a_row_on_a_board_that_mixes_cells(tmp_path):
+    root = tmp_path / "runs"
+    write_curve_run(root, 0, GROKS)
+    write_curve_run(root, 0, GROKS, opt="adamlr", split="uniform")  # a cell without a plain row
+    generate(root, tmp_path / "out")
+    page = (tmp_path / "out" / "modular-mlp.md").read_text()
+    rows = [line.split(" | ") for line in page.splitlines() if line.startswith("| 1 |")]
+    assert sorted(r[-2] for r in rows) == ["#1", "-"]  # never '#1.0' or '#nan'
+
+
+def test_the_profile_races_methods_only_at_the_same_batch_size():
+    rows = [("adam bs=64", 64, 900), ("sampler bs=64", 64, 1000), ("adam bs=512", 512, 300), ("sampler bs=512", 512, 200)]
+    table = pd.DataFrame([{"task": "t", "model": "m", "cell_label": "A", "method": m, "time_to_target": float(t),
+                           "settings": {"sampler.batch_size": bs}} for m, bs, t in rows])
+    ratios, scores = performance_profile(table, tau_max=4)
+    assert sorted(ratios["cell"].unique()) == ["A bs=512", "A bs=64"]
+    by = ratios.set_index("method")["ratio"]
+    assert by["sampler bs=512"] == 1 and by["adam bs=64"] == 1 and by["sampler bs=64"] == pytest.approx(1000 / 900)
+
+
+def test_curves_end_where_each_run_stopped():
+    from suite.leaderboard.plots import _curves
+
+    stopped, ran_on = curve([0.1, 0.5, 0.99]), curve([0.1, 0.4, 0.6, 0.7, 0.8])
+    steps, values, median = _curves([stopped, ran_on], "val_acc")
+    assert list(steps) == [50, 100, 150, 200]
+    assert list(values[0][:2]) == [0.5, 0.99]
+    assert math.isnan(values[0][2]) and math.isnan(values[0][3])  # not carried past its stop
+    assert list(median[:2]) == pytest.approx([0.45, 0.795]) and math.isnan(median[2])  # only while both run
+
+
+def test_the_sampling_figure_counts_failed_seeds(tmp_path, monkeypatch):
+    from suite.leaderboard.studies import grokking
+
+    drawn = []
+    monkeypatch.setattr(grokking, "plot_sampling", lambda title, df, budget, order: drawn.append(df) or b"png")
+    root = tmp_path / "runs"
+    for seed in range(3):
+        write_curve_run(root, seed, GROKS, bs=64)
+        write_curve_run(root, seed, GROKS if seed == 0 else [0.1] * 6, bs=512)  # 1 of 3 grokked
+    generate(root, tmp_path / "out")
+    (df,) = drawn
+    failed = df[df["bs"] == 512].iloc[0]
+    assert math.isinf(failed["time_to_target"]) and sorted(failed["times"]) == [200, math.inf, math.inf]

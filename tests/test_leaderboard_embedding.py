@@ -21,19 +21,21 @@ STEPS, EVERY = 1000, 100
 
 def write_run(root: Path, seed: int, opt: str = "adam", wd: float = 1e-3, grok_step: int | None = 300,
               extra=lambda step, seed: {}) -> None:
-    """A synthetic training run: spec, result and one metrics record per evaluation, the
-    record's extra columns given by extra(step, seed)."""
+    """A synthetic training run: spec, result and one metrics record per evaluation (and one at
+    the grok step), the record's extra columns given by extra(step, seed)."""
     spec = {"task": {"name": "modular", "p": 23}, "model": {"name": "mlp"},
             "opt": {"name": opt, "lr": 0.001, "weight_decay": wd}, "filter": {"name": "none"},
             "sampler": {"name": "random", "batch_size": 64},
-            "train": {"steps": STEPS, "eval_every": EVERY, "memorization": 0.99, "target": 0.95}, "seed": seed}
+            "train": {"steps": STEPS, "eval_every": EVERY, "memorization": 0.99, "target": 0.95, "hold": 0},
+            "seed": seed}
     run = root / f"{opt}-wd{wd:g}" / f"seed{seed}"
     run.mkdir(parents=True)
     (run / "spec.json").write_text(json.dumps(spec))
     (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "memorization_step": 100,
                                                  "grok_step": grok_step, "wall_s": 1.0, "git_commit": "a" * 40}))
     records = [{"step": s, "train_acc": min(1.0, s / 200), "val_acc": 1.0 if grok_step and s >= grok_step else 0.1,
-                "emb_norm_rare": 1.0, "emb_norm_frequent": 2.0, **extra(s, seed)} for s in range(0, STEPS + 1, EVERY)]
+                "emb_norm_rare": 1.0, "emb_norm_frequent": 2.0, **extra(s, seed)}
+               for s in sorted(set(range(0, STEPS + 1, EVERY)) | ({grok_step} if grok_step else set()))]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 

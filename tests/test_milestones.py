@@ -4,7 +4,7 @@ import pytest
 
 from suite.config import TrainConfig
 from suite.errors import SuiteError
-from suite.measures import Milestones
+from suite.milestones import Milestones
 
 
 def replay(vals, hold, target=0.99, every=100):

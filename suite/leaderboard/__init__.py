@@ -14,24 +14,27 @@ same runs rewrites every table byte for byte.
 
 Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
 - cell: a task with all its settings x a model with all its settings x the targets
-  (train.memorization, train.target). One section per cell, one file per (task, model).
+  (train.memorization, train.target, train.hold). One section per cell, one file per (task, model).
 - method: optimizer + filter + sampler with all their settings, plus the train settings that
   change training (loss, warmup_steps, ...). The budget and evaluation settings (steps,
   eval_every, patience, eval_batch, checkpoint_every, hessian_every, keep_weights) are conditions, not methods.
-- budget of a cell: the smallest train.steps among its runs; a milestone after it does not count.
-- success: the grok step was reached within the budget.
+- budget of a cell: the smallest train.steps among its runs; a seed that ran with several
+  budgets counts once (its longest run), judged on its evaluations up to the budget.
+- success: the grok step (the target held for train.hold steps) was reached within the budget.
 - time to target: the median grok step over seeds, a seed that failed counting as infinity
   (AlgoPerf's median over studies), so it is inf when at least half the seeds failed.
 - baseline of a row: among the cell's plain rows (optimizer adam or adamw, no filter, sampler
   random, epoch or full, loss ce), the one that agrees with the row on the most method
   settings; ties go to the faster baseline (smaller time to target), then to more seeds, then
-  to the label. A plain row is its own baseline. speed-up = baseline's time to target / row's.
-- performance profile: in every cell where at least two methods ran and one reached the
-  target, ratio r = a method's time to target / the best in that cell (inf for a failure);
+  to the label. A plain row is its own baseline. speed-up = baseline's time to target / row's,
+  with a bootstrap interval, an exact permutation p-value and a verdict (compare.py).
+- performance profile: in every cell and batch size where at least two methods ran and one
+  reached the target, ratio r = a method's time to target / the best (inf for a failure);
   rho(tau) = share of the cells a method ran in with r <= tau; score = area under rho over
   [1, tau_max] / (tau_max - 1), so 1 = best everywhere it ran, 0 = never within tau_max.
 
-Layout: collect.py reads the runs, stats.py computes the numbers, tables.py writes text,
+Layout: collect.py reads the runs, stats.py computes the numbers (compare.py the intervals and
+p-values), tables.py writes text,
 plots.py draws, pages.py makes the training runs' pages, and sections.py is the registry
 through which a study adds its own figures and pages without touching any of those: every
 module of suite/leaderboard/studies/ is imported before a leaderboard is made, so a new study
@@ -135,26 +138,34 @@ DEFINITIONS = """\
 - **cell**: a task with all its settings x a model with all its settings x the targets. Each
   section lists the cell's full settings, its budget (steps per run; the smallest train.steps
   of its runs: a milestone after it does not count), how often it was evaluated, its seeds
-  and the git commits recorded in its results.
+  and the git commits recorded in its results. A seed that ran with several budgets counts once.
 - **method**: optimizer + filter + sampler with their settings, plus train settings that
   change training (loss, warmup). Labels show the settings that vary among the collected runs.
-- **memorization / grok / delay**: first evaluated step with train acc >= the memorization
-  threshold / val acc >= the target, and grok - memorization: median over the seeds that
-  reached it, [min, max] over the same seeds, (k/n) when only k of n seeds reached it.
-- **success**: seeds that grokked within the budget / seeds.
-- **best val**: each seed's highest evaluated val accuracy within the budget: median [min, max]
-  over the seeds. Where nothing groks (one-hot inputs, text) it says how far the runs got.
+- **grok**: the first evaluated step from which val acc stays >= the target for the hold
+  (train.hold steps; runs made before the hold existed stopped once the target had held
+  train.patience steps, and are judged on that window). **memorization**: the first evaluated
+  step with train acc >= its threshold; **delay** = grok - memorization. Each: median over the
+  seeds that reached it, [min, max] over the same seeds, (k/n) when only k of n seeds did.
+- **success**: seeds that grokked (held) within the budget / seeds. **touched**: seeds whose val
+  acc reached the target at least once. **collapsed**: seeds whose val acc fell below half the
+  target at some evaluation after first touching it (whether or not they grokked first).
+- **best val** / **final val**: each seed's highest / last evaluated val accuracy within the
+  budget: median [min, max] over the seeds.
 - **time to target**: median grok step over all seeds, a seed that failed counting as
   infinity (AlgoPerf), so `inf` when at least half the seeds failed.
-- **speed-up**: the baseline row's time to target / this row's (`inf`: only this row reached
-  the target; `0.00`: only the baseline did; `-`: neither). The **baseline** (`#k`) is,
-  among the cell's plain rows (adam or adamw, no filter, sampler random / epoch / full,
-  loss ce), the one that agrees with the row on the most method settings; ties go to the
-  faster baseline, then more seeds, then the label. A plain row is its own baseline.
+- **speed-up [95% CI]**: the baseline row's time to target / this row's (`inf`: only this row
+  reached the target; `0.00`: only the baseline did; `-`: neither), and a 95% bootstrap interval
+  over the seeds (paired by seed when both rows ran the same seeds). **p**: exact two-sided
+  permutation test on ranks (signed ranks when paired). **verdict**: `faster` / `slower` when
+  the interval lies above / below 1 and both rows have 5 seeds or more, else `not resolved
+  (n = k)`. The **baseline** (`#k`) is, among the cell's plain rows (adam or adamw, no filter,
+  sampler random / epoch / full, loss ce), the one that agrees with the row on the most method
+  settings; ties go to the faster baseline, then more seeds, then the label. A plain row is its
+  own baseline.
 - **wall s**: median wall-clock seconds of the whole run (to its stop, not to the target),
   taken under whatever else shared the machine.
-- **performance profile**: in each cell where at least two methods ran and one reached the
-  target, r = time to target / the cell's best (inf for a failure). rho(tau) = share of the
+- **performance profile**: in each cell and batch size where at least two methods ran and one
+  reached the target, r = time to target / the best (inf for a failure). rho(tau) = share of the
   cells a method ran in with r <= tau; **score** = area under rho over [1, tau_max] /
   (tau_max - 1): 1 = best in every cell it ran in, 0 = never within tau_max of the best.
 """

@@ -14,14 +14,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from suite.config import TrainConfig
 from suite.leaderboard.tables import fmt_value
 from suite.registry import SuiteError
 from suite.results import TRAIN, runner_of
 from suite.spec import spec_id
 
 COMPONENTS = ("opt", "filter", "sampler")
-CELL_TRAIN = ("memorization", "target")  # part of the cell: steps to different targets do not compare
+# part of the cell: steps to different targets, or held for different windows, do not compare
+CELL_TRAIN = ("memorization", "target", "hold")
 CONDITION_TRAIN = ("steps", "eval_every", "patience", "eval_batch", "checkpoint_every", "hessian_every", "keep_weights")
+
+
+def hold_of(train: dict) -> int:
+    """How long a run's target must hold for it to count as grokked. Runs from before train.hold
+    stopped once the target had held `patience` steps, so that is what they can show; one that
+    never stopped early ran its whole budget and can show any hold: the current default."""
+    if "hold" in train:
+        return int(train["hold"])
+    if train.get("patience") is not None:
+        return int(train["patience"])
+    return TrainConfig.hold
 SHORT = {"batch_size": "bs", "weight_decay": "wd"}
 ABSENT = ("<absent>",)  # a setting a run does not have: differs from every value it could have
 
@@ -54,6 +67,7 @@ class Collection:
     cells: dict  # cell id -> settings ("task.p": 97, ...)
     methods: dict  # method id -> settings ("opt.name": "adam", ...)
     metrics: dict = field(default_factory=dict)  # run dir -> DataFrame of metrics.jsonl
+    result_of: dict = field(default_factory=dict)  # run dir -> its result.json
 
     def __post_init__(self):
         self.method_label, self.cell_label = MethodLabels(self.methods), CellLabels(self.cells)
@@ -66,7 +80,7 @@ def collect(root: str | Path) -> Collection:
     root = Path(root)
     if not root.is_dir():
         raise SuiteError(f"{root}: no such directory of runs")
-    results, rows, cell_ids, method_ids, cells, methods, metrics, seen = {}, [], {}, {}, {}, {}, {}, set()
+    results, rows, cell_ids, method_ids, cells, methods, metrics, result_of, seen = {}, [], {}, {}, {}, {}, {}, {}, set()
     for path in sorted(root.rglob("result.json")):
         try:
             result = json.loads(path.read_text())
@@ -89,7 +103,7 @@ def collect(root: str | Path) -> Collection:
             continue
         train = spec["train"]
         cell = {f"{kind}.{k}": frozen(v) for kind in ("task", "model") for k, v in spec[kind].items()}
-        cell |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train}
+        cell |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train} | {"train.hold": hold_of(train)}
         method = {f"{kind}.{k}": frozen(v) for kind in COMPONENTS for k, v in spec[kind].items()}
         method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in CELL_TRAIN + CONDITION_TRAIN}
         cell_id = cell_ids.setdefault(settings_key(cell), len(cell_ids))
@@ -97,18 +111,29 @@ def collect(root: str | Path) -> Collection:
         cells.setdefault(cell_id, cell)  # in the spec's order, for the headers
         methods.setdefault(method_id, method)
         metrics[rel] = _read_metrics(path.parent / "metrics.jsonl")
+        result_of[rel] = result
         rows.append({
             "dir": rel, "run_id": run_id, "seed": spec["seed"], "task": spec["task"]["name"],
             "model": spec["model"]["name"], "cell_id": cell_id, "method_id": method_id,
-            "memorization_step": result.get("memorization_step"), "grok_step": result.get("grok_step"),
             "wall_s": result.get("wall_s"), "budget": train.get("steps"), "eval_every": train.get("eval_every"),
             "git_commit": result.get("git_commit"),
         })
     if not results:
         raise SuiteError(f"{root}: no readable result.json under it")
-    runs = pd.DataFrame(rows, columns=["dir", "run_id", "seed", "task", "model", "cell_id", "method_id", "memorization_step",
-                                       "grok_step", "wall_s", "budget", "eval_every", "git_commit"])
-    return Collection(root, results, runs, cells, methods, metrics)
+    runs = pd.DataFrame(rows, columns=["dir", "run_id", "seed", "task", "model", "cell_id", "method_id", "wall_s",
+                                       "budget", "eval_every", "git_commit"])
+    return Collection(root, results, one_run_per_seed(runs), cells, methods, metrics, result_of)
+
+
+def one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """A seed of a method in a cell counts once: where it ran with several budgets (a 5,000- and a
+    20,000-step run of one spec otherwise), the longest run stands for it."""
+    order = runs.sort_values(["budget", "dir"], ascending=[False, True], kind="stable")
+    kept = order.drop_duplicates(["cell_id", "method_id", "seed"])
+    if len(kept) < len(runs):
+        print(f"note: {len(runs) - len(kept)} runs of a seed that also ran with a longer budget were left out",
+              file=sys.stderr)
+    return runs.loc[sorted(kept.index)].reset_index(drop=True)
 
 
 def _varying(dicts: list[dict]) -> list[str]:

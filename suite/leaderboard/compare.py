@@ -18,7 +18,9 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   smallest possible p is 0.10; with 5 pairs, 0.0625: a claim on so few seeds cannot be
   significant, which is what the verdict then says.
 - verdict: "faster" when the interval's low end is above 1, "slower" when its high end is below
-  1, else "not resolved (n = k)".
+  1, else "not resolved (n = k)"; and "not resolved" whatever the interval with fewer than 5
+  seeds in either row (this project's rule, ../shared/notes/verdicts.md: a bootstrap over 3 seeds
+  that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from scipy.stats import rankdata
 
 RESAMPLES = 10_000
 LEVEL = 0.95
+MIN_SEEDS = 5
 
 
 def median_time(times) -> float:
@@ -106,8 +109,9 @@ def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
 
 
 def verdict(low: float, high: float, n: int) -> str:
-    if low > 1:
+    """n: the seeds of the smaller of the two rows."""
+    if n >= MIN_SEEDS and low > 1:
         return "faster"
-    if high < 1:
+    if n >= MIN_SEEDS and high < 1:
         return "slower"
     return f"not resolved (n = {n})"

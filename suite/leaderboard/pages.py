@@ -14,14 +14,15 @@ from suite.leaderboard.collect import Collection
 from suite.leaderboard.plots import plot_accuracy, plot_emb_norms, plot_profile
 from suite.leaderboard.sections import Cell, Files, Page, registered
 from suite.leaderboard.stats import cell_tables, performance_profile
-from suite.leaderboard.tables import (accuracy_text, commits_text, fmt_value, md_table, milestone_text, range_text,
-                                      ratio_text, settings_text, slug, steps_text, write_csv)
+from suite.leaderboard.tables import (accuracy_text, commits_text, fmt_value, interval_text, md_table, milestone_text,
+                                      p_text, range_text, ratio_text, settings_text, slug, steps_text, write_csv)
 
 HEADING = "# Leaderboard: "  # a task/model page's first line: terminal_summary prints those pages
-CSV_COLUMNS = ["cell", "row", "method", "seeds", "grokked", "success_rate", "memorization_median", "memorization_min",
-               "memorization_max", "grok_median", "grok_min", "grok_max", "delay_median", "delay_min", "delay_max",
-               "best_val_median", "best_val_min", "best_val_max", "time_to_target", "speedup", "baseline",
-               "wall_s_median", "budget", "method_settings"]
+CSV_COLUMNS = ["cell", "row", "method", "seeds", "grokked", "success_rate", "touched", "collapsed", "memorization_median",
+               "memorization_min", "memorization_max", "grok_median", "grok_min", "grok_max", "delay_median", "delay_min",
+               "delay_max", "best_val_median", "best_val_min", "best_val_max", "final_val_median", "final_val_min",
+               "final_val_max", "time_to_target", "speedup", "speedup_ci_low", "speedup_ci_high", "p_value", "verdict",
+               "baseline", "wall_s_median", "budget", "method_settings"]
 
 
 def training_pages(col: Collection, command: str, tau_max: float, files: Files) -> list[str]:
@@ -83,22 +84,26 @@ def _pair_page(files: Files, col: Collection, task: str, model: str, rows: pd.Da
             f"Task {settings_text(settings, 'task')}; model {settings_text(settings, 'model')}.  \n"
             f"{budget_text}, evaluated every {range_text(sorted(cell_runs['eval_every']))} steps; "
             f"seeds {', '.join(str(s) for s in sorted(cell_runs['seed'].unique()))}; memorized = train acc >= "
-            f"{fmt_value(settings.get('train.memorization'))}, grokked = val acc >= {fmt_value(settings.get('train.target'))}; "
-            f"commits {commits_text(cell_runs['git_commit'])}.\n")
+            f"{fmt_value(settings.get('train.memorization'))}, grokked = val acc >= {fmt_value(settings.get('train.target'))} "
+            f"held {settings['train.hold']} steps; commits {commits_text(cell_runs['git_commit'])}.\n")
         body = []
         for r in cell_rows.itertuples():
-            body.append([str(r.row), r.method, str(r.seeds), f"{r.grokked}/{r.seeds}",
+            body.append([str(r.row), r.method, str(r.seeds), f"{r.grokked}/{r.seeds}", f"{r.touched}/{r.seeds}",
+                         f"{r.collapsed}/{r.seeds}",
                          milestone_text(r.memorization_median, r.memorization_min, r.memorization_max, r.memorized, r.seeds),
                          milestone_text(r.grok_median, r.grok_min, r.grok_max, r.grokked, r.seeds),
                          milestone_text(r.delay_median, r.delay_min, r.delay_max, r.n_delay, r.seeds),
                          accuracy_text(r.best_val_median, r.best_val_min, r.best_val_max),
-                         steps_text(r.time_to_target), ratio_text(r.speedup),
-                         f"#{r.baseline_row}" if r.baseline_row else "-",
+                         accuracy_text(r.final_val_median, r.final_val_min, r.final_val_max),
+                         steps_text(r.time_to_target), interval_text(r.speedup, r.speedup_ci_low, r.speedup_ci_high),
+                         p_text(r.p_value), r.verdict or "-",
+                         "-" if pd.isna(r.baseline_row) else f"#{int(r.baseline_row)}",
                          "-" if math.isnan(r.wall_s_median) else f"{r.wall_s_median:.1f}"])
             csv_rows.append({**{k: getattr(r, k) for k in CSV_COLUMNS if k not in ("cell", "method_settings")},
                              "cell": label, "method_settings": json.dumps(r.settings, sort_keys=True)})
-        lines.append(md_table(["#", "method", "seeds", "success", "memorization", "grok", "delay", "best val",
-                               "time to target", "speed-up", "baseline", "wall s"], body, right=set(range(12)) - {1}))
+        header = ["#", "method", "seeds", "success", "touched", "collapsed", "memorization", "grok", "delay", "best val",
+                  "final val", "time to target", "speed-up [95% CI]", "p", "verdict", "baseline", "wall s"]
+        lines.append(md_table(header, body, right=set(range(len(header))) - {1, 14}))
         images = _cell_plots(files, Cell(col, cell_rows, cell_runs, label or f"{task} / {model}"),
                              f"{name}/{slug(label, taken)}")
         lines.append("\n".join(f"![{alt}]({path})" for alt, path in images) + "\n" if images else "")

@@ -38,18 +38,24 @@ def style(i: int) -> dict:
 
 
 def _curves(frames: list[pd.DataFrame], column: str):
-    """Median and min / max over seeds of one metric, on the union of their steps. A run that
-    stopped early (target held) is carried at its last value."""
+    """One metric over the seeds: (steps, per-seed values [seeds, steps], median), on the union of
+    their steps (step > 0: the x-axis is logarithmic). A seed's values end where its run stopped
+    (NaN after), and the median is drawn only while every seed is still running: a run that
+    stopped once its target held is never carried on as if it had been measured."""
     frames = [f for f in frames if f is not None and column in f]
     if not frames:
         return None
     steps = sorted(set().union(*(f["step"] for f in frames)))
-    values = np.stack([f.set_index("step")[column].reindex(steps).ffill().to_numpy(dtype=float) for f in frames])
+    values = np.stack([f.set_index("step")[column].reindex(steps).ffill().where(
+        pd.Series(steps, index=steps) <= f["step"].max()).to_numpy(dtype=float) for f in frames])
     steps = np.asarray(steps, dtype=float)
-    keep = steps > 0  # the x-axis is logarithmic
-    with warnings.catch_warnings():  # a step no seed reached is all-NaN: its median is NaN, not a warning
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return steps[keep], np.nanmedian(values, 0)[keep], np.nanmin(values, 0)[keep], np.nanmax(values, 0)[keep]
+    keep = steps > 0
+    steps, values = steps[keep], values[:, keep]
+    everyone = ~np.isnan(values).any(0)
+    median = np.full(len(steps), np.nan)
+    if everyone.any():
+        median[everyone] = np.median(values[:, everyone], 0)
+    return steps, values, median
 
 
 def plot_accuracy(title: str, series: list[tuple[str, list]]) -> bytes | None:
@@ -63,8 +69,10 @@ def plot_accuracy(title: str, series: list[tuple[str, list]]) -> bytes | None:
             if c is None or not len(c[0]):
                 continue
             drawn = True
-            ax.plot(c[0], c[1], label=label if column == "train_acc" else None, **style(i))
-            ax.fill_between(c[0], c[2], c[3], color=style(i)["color"], alpha=0.15, linewidth=0)
+            steps, values, median = c
+            for seed in values:
+                ax.plot(steps, seed, color=style(i)["color"], linewidth=0.6, alpha=0.35)
+            ax.plot(steps, median, label=label if column == "train_acc" else None, **style(i))
     if not drawn:
         return None
     for ax, name in zip(axes, ("train accuracy", "val accuracy")):
@@ -72,7 +80,7 @@ def plot_accuracy(title: str, series: list[tuple[str, list]]) -> bytes | None:
         ax.set_xlabel("step")
         ax.set_title(name)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{title}: median over seeds, band = min-max")
+    fig.suptitle(f"{title}: thin = each seed, to where it stopped; thick = median while every seed runs")
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     return to_png(fig)
 
@@ -87,51 +95,67 @@ def plot_emb_norms(title: str, series: list[tuple[str, list]]) -> bytes | None:
             if c is None or not len(c[0]):
                 continue
             drawn = True
-            ax.plot(c[0], c[1], color=style(i)["color"], linestyle=dash, label=f"{label} ({name})")
+            ax.plot(c[0], c[2], color=style(i)["color"], linestyle=dash, label=f"{label} ({name})")
     if not drawn:
         return None
     ax.set_xscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("mean embedding norm")
-    ax.set_title(f"{title}: rare (dashed) vs frequent (solid) tokens, median over seeds")
+    ax.set_title(f"{title}: rare (dashed) vs frequent (solid) tokens, median over seeds while all run")
     ax.grid(alpha=0.3)
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     return to_png(fig)
 
 
+def _spread(n: int, width: float) -> np.ndarray:
+    """Offsets that set n seeds' dots side by side over `width`, so that equal steps stay visible."""
+    return np.linspace(-width / 2, width / 2, n) if n > 1 else np.zeros(n)
+
+
+def _seed_points(ax, xs, times: list[float], top: float, color) -> None:
+    """Every seed of one row: a dot at its grok step, an x on the failure line `top` if it never grokked."""
+    for x, t in zip(xs, times):
+        ax.plot(x, t if math.isfinite(t) else top, "o" if math.isfinite(t) else "x", color=color,
+                markersize=4 if math.isfinite(t) else 6, alpha=0.7)
+
+
 def plot_c_sweep(title: str, lines: list[tuple[str, pd.DataFrame, float]], budget: int) -> bytes:
-    """lines: (label, rows with c and the grok stats, baseline time to target or nan)."""
-    fig = figure(figsize=(7, 4.5))
+    """lines: (label, rows with c, times (each seed's grok step, inf if none) and time_to_target,
+    baseline time to target or nan)."""
+    fig = figure(figsize=(7.5, 4.8))
     ax = fig.subplots()
+    top = budget * 1.5  # the failure line, above the budget on the log axis
     for i, (label, rows, base) in enumerate(lines):
         look = style(i)
-        ok = rows[rows["grokked"] > 0]
-        ax.errorbar(ok["c"], ok["grok_median"], yerr=[ok["grok_median"] - ok["grok_min"], ok["grok_max"] - ok["grok_median"]],
-                    marker="o", capsize=3, label=label, color=look["color"], linestyle=look["linestyle"])
+        shift = 0.3 * (i - (len(lines) - 1) / 2) / max(len(lines), 1)  # lines side by side, in units of log2(c)
         for r in rows.itertuples():
-            if r.grokked < r.seeds:
-                y = r.grok_median if r.grokked else budget
-                ax.annotate(f"{r.grokked}/{r.seeds}", (r.c, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
-        failed = rows[rows["grokked"] == 0]
-        ax.plot(failed["c"], [budget] * len(failed), "x", color=look["color"], markersize=9)
+            _seed_points(ax, r.c * 2 ** (shift + _spread(len(r.times), 0.25 / max(len(lines), 1))), r.times, top,
+                         look["color"])
+        medians = [t if math.isfinite(t) else top for t in rows["time_to_target"]]
+        ax.plot(rows["c"], medians, marker="_", markersize=14, label=label, color=look["color"],
+                linestyle=look["linestyle"], linewidth=1)
         if not math.isnan(base) and not math.isinf(base):
             ax.axhline(base, color=look["color"], linestyle=":", linewidth=1)
+    ax.axhline(budget, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)
     cs = sorted({c for _, rows, _ in lines for c in rows["c"]})
     ax.set_xticks(cs, [fmt_value(c) for c in cs])
     ax.minorticks_off()
-    ax.set_ylim(0, budget * 1.1)
+    ax.set_yscale("log")
     ax.set_xlabel("c (embedding lr = c x lr)")
-    ax.set_ylabel("grok step (median, bars min-max)")
-    ax.set_title(f"{title}\nx = no seed grokked within {budget} steps; dotted = plain baseline", fontsize="medium")
+    ax.set_ylabel("grok step (held)")
+    ax.set_title(f"{title}\ndot = a seed's grok step; x = no grok within the {budget}-step budget (grey line);\n"
+                 "dash = median over seeds (failures as infinity); dotted = plain baseline", fontsize="small")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return to_png(fig)
 
 
 def plot_sampling(title: str, rows: pd.DataFrame, budget: int, split_order: tuple[str, ...]) -> bytes:
-    """rows: split, sampler, bs and the grok stats; one panel per sampler, bars per split over batch sizes.
-    split_order: the splits in the legend's order; others follow by name."""
+    """rows: split, sampler, bs, times (each seed's grok step, inf if none) and time_to_target; one
+    panel per sampler, a bar per split over batch sizes up to the median over every seed (a failed
+    seed counting as infinity: no bar once half failed), each seed a dot. split_order: the splits
+    in the legend's order; others follow by name."""
     from matplotlib.patches import Patch
 
     samplers = sorted(rows["sampler"].unique())
@@ -140,26 +164,28 @@ def plot_sampling(title: str, rows: pd.DataFrame, budget: int, split_order: tupl
     splits = sorted(rows["split"].unique(), key=lambda s: (split_order.index(s) if s in split_order else 99, s))
     sizes = sorted(rows["bs"].unique(), key=lambda b: (isinstance(b, str), b if not isinstance(b, str) else 0, str(b)))
     width = 0.8 / len(splits)
+    top = budget * 1.08
     for ax, sampler in zip(axes, samplers):
         for r in rows[rows["sampler"] == sampler].itertuples():
             j = splits.index(r.split)
             pos, color = sizes.index(r.bs) - 0.4 + width * (j + 0.5), style(j)["color"]
-            if r.grokked:
-                ax.bar(pos, r.grok_median, width, color=color, capsize=2,
-                       yerr=[[r.grok_median - r.grok_min], [r.grok_max - r.grok_median]])
-            else:
-                ax.plot(pos, budget, "x", color=color, markersize=9)
-            ax.annotate(f"{r.grokked}/{r.seeds}", (pos, r.grok_median if r.grokked else budget),
-                        textcoords="offset points", xytext=(0, 3), ha="center", fontsize="x-small")
+            if math.isfinite(r.time_to_target):
+                ax.bar(pos, r.time_to_target, width, color=color, alpha=0.5)
+            _seed_points(ax, pos + _spread(len(r.times), width * 0.6), r.times, top, color)
+            grokked = sum(math.isfinite(t) for t in r.times)
+            ax.annotate(f"{grokked}/{len(r.times)}", (pos, top), textcoords="offset points", xytext=(0, 6), ha="center",
+                        va="bottom", rotation=90, fontsize="x-small")
+        ax.axhline(budget, color="grey", linewidth=0.8)
         ax.set_xticks(range(len(sizes)), [fmt_value(b) for b in sizes])
         ax.set_xlabel("batch size")
         ax.set_title(f"sampler {sampler}")
         ax.grid(alpha=0.3, axis="y")
-    axes[0].set_ylabel("grok step (median, bars min-max)")
-    axes[0].set_ylim(0, budget * 1.1)
+    axes[0].set_ylabel("grok step (held)")
+    axes[0].set_ylim(0, budget * 1.3)
     fig.legend([Patch(color=style(j)["color"]) for j in range(len(splits))], [f"split {s}" for s in splits],
                loc="outside right upper", fontsize="small")
-    fig.suptitle(f"{title}\nk/n = seeds that grokked; x = none within {budget} steps", fontsize="medium")
+    fig.suptitle(f"{title}\nbar = median over all seeds (failures as infinity); dot = a seed; x = no grok within "
+                 f"{budget} steps (grey line); k/n = seeds that grokked", fontsize="medium")
     return to_png(fig)
 
 

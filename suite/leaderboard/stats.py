@@ -1,4 +1,5 @@
-"""Numbers: per (cell, method) summaries over seeds, baselines and speed-ups, the performance profile."""
+"""Numbers: per (cell, method) summaries over seeds, baselines and speed-ups with their intervals,
+the performance profile."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from suite.leaderboard.collect import ABSENT, Collection
+from suite.leaderboard.compare import median_time, permutation_p, ratio, speedup_interval, verdict
 from suite.leaderboard.studies import BASELINE_LOSS, BASELINE_OPTS, BASELINE_SAMPLERS
+from suite.milestones import Milestones
 
 TAU_MAX = 4.0  # AlgoPerf's
 
@@ -19,34 +22,54 @@ def _stats(values: list) -> tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
 
-def best_val_acc(metrics: pd.DataFrame | None, budget: int) -> float:
-    """The highest val accuracy a run evaluated within the budget (nan without metrics)."""
-    if metrics is None or "val_acc" not in metrics:
-        return math.nan
-    within = metrics.loc[metrics["step"] <= budget, "val_acc"].dropna()
-    return float(within.max()) if len(within) else math.nan
+def outcome(metrics: pd.DataFrame | None, result: dict, cell: dict, budget: int) -> dict:
+    """What one run reached within the cell's budget, read from its metrics by the loop's own rule
+    (suite.measures.Milestones, with the cell's targets and hold): a run that ran longer than the
+    budget is judged on its evaluations up to it. Without metrics, its result.json's milestones
+    (those within the budget). time: the grok step, or inf."""
+    mem, target, hold = cell.get("train.memorization", 0.99), cell.get("train.target", 0.99), cell["train.hold"]
+    if metrics is not None and {"step", "train_acc", "val_acc"} <= set(metrics):
+        within = metrics[metrics["step"] <= budget]
+        m = Milestones.of(within[["step", "train_acc", "val_acc"]].to_dict("records"), mem, target, hold)
+        final = float(within["val_acc"].iloc[-1]) if len(within) else math.nan
+        reached = {"memorization_step": m.memorization_step, "grok_step": m.grok_step,
+                   "first_touch_step": m.first_touch_step, "collapsed": m.collapsed,
+                   "best_val": math.nan if m.best_val_acc is None else float(m.best_val_acc), "final_val": final}
+    else:
+        def step(key):
+            value = result.get(key)
+            return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= budget else None
+
+        reached = {"memorization_step": step("memorization_step"), "grok_step": step("grok_step"),
+                   "first_touch_step": step("first_touch_step"), "collapsed": bool(result.get("collapsed")),
+                   "best_val": math.nan, "final_val": math.nan}
+    reached["time"] = math.inf if reached["grok_step"] is None else float(reached["grok_step"])
+    return reached
 
 
-def summarise(group: pd.DataFrame, budget: int, best_val: list[float]) -> dict:
-    """One method in one cell: milestones reached within the budget, over its seeds; best_val:
-    each seed's highest val accuracy within the budget."""
-    def within(column):
-        return [int(v) for v in group[column] if pd.notna(v) and v <= budget]
+def summarise(outcomes: list[dict], walls: list) -> dict:
+    """One method in one cell, over its seeds: outcome() of each (in seed order), wall seconds."""
+    def reached(key):
+        return [o[key] for o in outcomes if o[key] is not None]
 
-    mem, grok = within("memorization_step"), within("grok_step")
-    delay = [int(r.grok_step - r.memorization_step) for r in group.itertuples()
-             if pd.notna(r.grok_step) and r.grok_step <= budget and pd.notna(r.memorization_step)]
-    n = len(group)
-    ttt = float(np.median([float(v) if pd.notna(v) and v <= budget else math.inf for v in group["grok_step"]]))
-    walls = [float(v) for v in group["wall_s"] if pd.notna(v)]
-    best_val = [v for v in best_val if not math.isnan(v)]
+    mem, grok = reached("memorization_step"), reached("grok_step")
+    delay = [o["grok_step"] - o["memorization_step"] for o in outcomes
+             if o["grok_step"] is not None and o["memorization_step"] is not None]
+    times = [o["time"] for o in outcomes]
+    walls = [float(v) for v in walls if pd.notna(v)]
+    best_val = [o["best_val"] for o in outcomes if not math.isnan(o["best_val"])]
+    final_val = [o["final_val"] for o in outcomes if not math.isnan(o["final_val"])]
+    n = len(outcomes)
     return {
         "seeds": n, "memorized": len(mem), "grokked": len(grok), "success_rate": len(grok) / n,
+        "touched": len(reached("first_touch_step")), "collapsed": sum(o["collapsed"] for o in outcomes),
         **dict(zip(("memorization_median", "memorization_min", "memorization_max"), _stats(mem))),
         **dict(zip(("grok_median", "grok_min", "grok_max"), _stats(grok))),
         "n_delay": len(delay), **dict(zip(("delay_median", "delay_min", "delay_max"), _stats(delay))),
-        "time_to_target": ttt, "wall_s_median": float(np.median(walls)) if walls else math.nan,
+        "time_to_target": median_time(times), "times": times,
+        "wall_s_median": float(np.median(walls)) if walls else math.nan,
         **dict(zip(("best_val_median", "best_val_min", "best_val_max"), _stats(best_val))),
+        **dict(zip(("final_val_median", "final_val_min", "final_val_max"), _stats(final_val))),
     }
 
 
@@ -67,12 +90,21 @@ def pick_baseline(row_method: dict, candidates: list[dict]) -> dict | None:
     return min(candidates, key=rank)
 
 
-def speedup(baseline: float, own: float) -> float:
-    if math.isinf(baseline) and math.isinf(own):
-        return math.nan
-    if own == 0:  # the target held from the first evaluation
-        return 1.0 if baseline == 0 else math.inf
-    return baseline / own  # inf / finite = inf; finite / inf = 0
+def against_baseline(row: dict, base: dict | None) -> dict:
+    """The row's speed-up over its baseline, with its interval, p-value and verdict
+    (suite/leaderboard/compare.py). Paired by seed when both rows ran the same seeds."""
+    none = {"speedup": math.nan, "speedup_ci_low": math.nan, "speedup_ci_high": math.nan, "p_value": math.nan,
+            "verdict": ""}
+    if base is None:
+        return none
+    if base is row:
+        return none | {"speedup": 1.0, "verdict": "baseline"}
+    paired = row["seed_list"] == base["seed_list"]
+    low, high = speedup_interval(base["times"], row["times"], paired)
+    neither = math.isinf(base["time_to_target"]) and math.isinf(row["time_to_target"])
+    return {"speedup": math.nan if neither else ratio(base["time_to_target"], row["time_to_target"]), "speedup_ci_low": low,
+            "speedup_ci_high": high, "p_value": permutation_p(base["times"], row["times"], paired),
+            "verdict": verdict(low, high, min(row["seeds"], base["seeds"]))}
 
 
 def cell_tables(col: Collection) -> pd.DataFrame:
@@ -80,19 +112,20 @@ def cell_tables(col: Collection) -> pd.DataFrame:
     out = []
     for cell_id, runs in col.runs.groupby("cell_id", sort=True):
         budget = int(runs["budget"].min())
+        cell = col.cells[cell_id]
         rows = []
         for method_id, group in runs.groupby("method_id", sort=True):
-            cell = col.cells[cell_id]
+            group = group.sort_values("seed", kind="stable")
+            outcomes = [outcome(col.metrics.get(r.dir), col.result_of[r.dir], cell, budget) for r in group.itertuples()]
             rows.append({"task": cell["task.name"], "model": cell["model.name"], "cell_id": cell_id,
                          "cell_label": col.cell_label(cell), "method_id": method_id,
                          "method": col.method_label(col.methods[method_id]), "settings": col.methods[method_id],
-                         "budget": budget,
-                         **summarise(group, budget, [best_val_acc(col.metrics.get(d), budget) for d in group["dir"]])})
+                         "budget": budget, "seed_list": list(group["seed"]), **summarise(outcomes, group["wall_s"])})
         candidates = [r for r in rows if is_plain(r["settings"])]
         for r in rows:
             base = pick_baseline(r["settings"], candidates)
             r["baseline"] = base["method"] if base else None
-            r["speedup"] = speedup(base["time_to_target"], r["time_to_target"]) if base else math.nan
+            r |= against_baseline(r, base)
         # fastest first; among equal times (all inf), more successes, then the faster successes
         rows.sort(key=lambda r: (r["time_to_target"], -r["success_rate"],
                                  math.inf if math.isnan(r["grok_median"]) else r["grok_median"], r["method"]))
@@ -107,14 +140,18 @@ def cell_tables(col: Collection) -> pd.DataFrame:
 def performance_profile(table: pd.DataFrame, tau_max: float = TAU_MAX) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Ratios per (cell, method) in the cells that take part, and per method: cells, wins, rho, score."""
     ratios = []
-    for (task, model, cell_label), rows in table.groupby(["task", "model", "cell_label"], sort=True):
-        best = rows["time_to_target"].min()
-        if len(rows) < 2 or math.isinf(best):
-            continue
-        for r in rows.itertuples():
-            ratio = r.time_to_target / best if best > 0 else (1.0 if r.time_to_target == 0 else math.inf)
-            ratios.append({"task": task, "model": model, "cell": cell_label, "method": r.method,
-                           "time_to_target": r.time_to_target, "ratio": ratio})
+    table = table.assign(batch=[r.get("sampler.batch_size", "-") for r in table["settings"]])
+    for (task, model, cell_label), cell_rows in table.groupby(["task", "model", "cell_label"], sort=True):
+        # Methods race only at the same batch size: a smaller batch takes more, cheaper steps, so a
+        # step count across batch sizes would rank the batch size, not the method.
+        for batch, rows in cell_rows.groupby(cell_rows["batch"].astype(str), sort=True):
+            best = rows["time_to_target"].min()
+            if len(rows) < 2 or math.isinf(best):
+                continue
+            cell = " ".join(p for p in (cell_label, f"bs={batch}" if cell_rows["batch"].nunique() > 1 else "") if p)
+            for r in rows.itertuples():
+                ratios.append({"task": task, "model": model, "cell": cell, "method": r.method,
+                               "time_to_target": r.time_to_target, "ratio": ratio(r.time_to_target, best)})
     ratios = pd.DataFrame(ratios, columns=["task", "model", "cell", "method", "time_to_target", "ratio"])
     scores = []
     for method, rows in ratios.groupby("method", sort=True):

@@ -57,6 +57,15 @@ def ratio_text(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:.2f}"
 
 
+def interval_text(x: float, low: float, high: float) -> str:
+    text = ratio_text(x)
+    return text if math.isnan(low) else f"{text} [{ratio_text(low)}, {ratio_text(high)}]"
+
+
+def p_text(p: float) -> str:
+    return "-" if math.isnan(p) else f"{p:.2g}"
+
+
 def md_table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
     lines = ["| " + " | ".join(header) + " |",
              "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]

@@ -38,15 +38,19 @@ def recorded(series: list[tuple[str, list]], column: str) -> bool:
 
 
 def draw_band(ax, frames: list, column: str, i: int, label: str | None = None, linestyle: str = "-") -> None:
-    """Median over seeds as a line, min-max as a band. Only the records that hold the column
+    """Median over seeds as a line (while every seed runs), min-max over the seeds measured at each
+    step as a band, each ending where its runs stopped. Only the records that hold the column
     count: hessian_E is measured every hessian_every evaluations, not in between."""
     frames = [f[["step", column]].dropna() for f in frames if f is not None and column in f]
     c = _curves(frames, column)
     if c is None or not len(c[0]):
         return
+    steps, values, median = c
     color = style(i)["color"]
-    ax.plot(c[0], c[1], color=color, linestyle=linestyle, label=label)
-    ax.fill_between(c[0], c[2], c[3], color=color, alpha=0.15, linewidth=0)
+    ax.plot(steps, median, color=color, linestyle=linestyle, label=label)
+    measured = ~np.isnan(values).all(0)
+    ax.fill_between(steps[measured], np.nanmin(values[:, measured], 0), np.nanmax(values[:, measured], 0), color=color,
+                    alpha=0.15, linewidth=0)
 
 
 @section("cell")
@@ -68,7 +72,7 @@ def hessian_eigenvalues(cell: Cell) -> list:
     for ax in (acc, curvature):
         ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{cell.title}: median over seeds, band = min-max")
+    fig.suptitle(f"{cell.title}: median over seeds while all run, band = min-max")
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     return [("Hessian eigenvalues", "hessian", to_png(fig))]
 

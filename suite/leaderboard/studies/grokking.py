@@ -15,6 +15,10 @@ from suite.leaderboard.sections import Cell, Page, section
 from suite.leaderboard.tables import fmt_value
 
 SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as the sampling plots list them
+# `split=skewed` took its present meaning (train and test drawn alike) in the commit that added
+# train.hold; earlier runs named other constructions so. A run whose spec has this train setting
+# was made by code whose splits are today's, so the token-probability figure can rebuild them.
+CURRENT_SPLITS = "hold"
 
 
 @section("cell")
@@ -29,8 +33,8 @@ def c_sweep(cell: Cell) -> list:
     for members in families.values():
         if len({m.settings["opt.c"] for m in members}) < 2:
             continue
-        df = pd.DataFrame([{"c": m.settings["opt.c"], "grok_median": m.grok_median, "grok_min": m.grok_min,
-                            "grok_max": m.grok_max, "grokked": m.grokked, "seeds": m.seeds} for m in members]).sort_values("c")
+        df = pd.DataFrame([{"c": m.settings["opt.c"], "times": m.times, "time_to_target": m.time_to_target}
+                           for m in members]).sort_values("c")
         label = cell.col.method_label(members[0].settings, drop=("opt.c",))
         base = cell.rows.loc[cell.rows["method"] == members[0].baseline, "time_to_target"]
         lines.append((label, df, float(base.iloc[0]) if len(base) else math.nan))
@@ -45,19 +49,23 @@ def sampling(page: Page) -> list:
     """Cells that differ only in how the training pairs are drawn (task.split, and task.skew for the
     skewed splits) x methods that differ only in the sampler (name, batch size): one figure per such
     group with two or more combinations, and beside it each split's token probabilities in train
-    and test (the paper's Fig. 8)."""
-    col, groups, tasks = page.col, {}, {}
+    and test (the paper's Fig. 8), rebuilt by today's task code: only where every run of the group
+    was made by code whose splits are today's (see CURRENT_SPLITS)."""
+    col, groups, tasks, current = page.col, {}, {}, {}
     for r in page.rows.itertuples():
         cell = col.cells[r.cell_id]
         # The skew is part of the split: the random and uniform splits do not read it.
         where = settings_key({k: v for k, v in cell.items() if k not in ("task.split", "task.skew")})
         split = split_label(cell)
         tasks.setdefault(where, {})[split] = cell
+        dirs = col.runs.loc[col.runs["cell_id"] == r.cell_id, "dir"]
+        current[where] = current.get(where, True) and all(CURRENT_SPLITS in col.result_of[d]["spec"]["train"]
+                                                          for d in dirs)
         family = settings_key({k: v for k, v in r.settings.items() if not k.startswith("sampler.")})
         groups.setdefault((where, family), []).append(
             {"split": split, "sampler": r.settings["sampler.name"],
-             "bs": r.settings.get("sampler.batch_size", "-"), "grok_median": r.grok_median, "grok_min": r.grok_min,
-             "grok_max": r.grok_max, "grokked": r.grokked, "seeds": r.seeds, "budget": r.budget,
+             "bs": r.settings.get("sampler.batch_size", "-"), "times": r.times, "time_to_target": r.time_to_target,
+             "budget": r.budget,
              "family": col.method_label(r.settings, drop=("sampler",)),
              "where": col.cell_label(cell, drop=("task.split", "task.skew"))})
     figures = []
@@ -67,7 +75,7 @@ def sampling(page: Page) -> list:
             continue
         label, order = label_of(entries), split_order(tasks[where])
         figures.append((f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), order)))
-        if (probs := split_tokens(tasks[where])) and len(probs) > 1:
+        if current[where] and (probs := split_tokens(tasks[where])) and len(probs) > 1:
             figures.append((f"Token probabilities by split: {label}", label, "split_tokens",
                             plot_split_tokens(f"{label} (the split of seed 0)", probs)))
     return figures

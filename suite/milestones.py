@@ -1,0 +1,56 @@
+"""What a run reached, from its evaluations: one rule for the loop, a resume and the leaderboard.
+Torch-free, so that reading results does not import torch."""
+
+from __future__ import annotations
+
+import math
+
+
+class Milestones:
+    """What a run's evaluations reached, replayed one record at a time (the loop, a resume and the
+    leaderboard all read a run through this one rule):
+
+    - memorization_step: the first evaluation with train acc >= `memorization`;
+    - first_touch_step: the first evaluation with val acc >= `target`;
+    - grok_step: the first evaluation from which val acc stays >= `target` for `hold` steps (every
+      evaluation in [grok_step, grok_step + hold]); a touch that falls back sooner does not count;
+    - held_since: where the current streak of evaluations at the target began (None: below it now);
+    - collapsed: val acc fell below half the target at some evaluation after the first touch;
+    - best_val_acc: the highest val acc evaluated."""
+
+    def __init__(self, memorization: float, target: float, hold: int = 0):
+        self.memorization, self.target, self.hold = memorization, target, hold
+        self.memorization_step = self.first_touch_step = self.grok_step = self.held_since = None
+        self.collapsed, self.best_val_acc = False, None
+
+    def update(self, record: dict) -> None:
+        step, val = record["step"], record["val_acc"]
+        if self.memorization_step is None and record["train_acc"] >= self.memorization:
+            self.memorization_step = step
+        self.best_val_acc = val if self.best_val_acc is None else max(self.best_val_acc, val)
+        if val >= self.target:
+            if self.first_touch_step is None:
+                self.first_touch_step = step
+            if self.held_since is None:
+                self.held_since = step
+            if self.grok_step is None and step - self.held_since >= self.hold:
+                self.grok_step = self.held_since
+        else:
+            self.held_since = None
+            if self.first_touch_step is not None and val < self.target / 2:
+                self.collapsed = True
+
+    @property
+    def delay(self):
+        if self.memorization_step is None or self.grok_step is None:
+            return None
+        return self.grok_step - self.memorization_step
+
+    @classmethod
+    def of(cls, records, memorization: float, target: float, hold: int, until: float = math.inf) -> Milestones:
+        """The milestones of a run's records up to step `until` (a leaderboard's budget)."""
+        milestones = cls(memorization, target, hold)
+        for record in records:
+            if record["step"] <= until:
+                milestones.update(record)
+        return milestones

@@ -1,0 +1,50 @@
+"""Speed-ups with an interval, exact permutation p-values and the verdict, against hand-computed cases."""
+
+import math
+
+import pytest
+
+from suite.leaderboard.compare import permutation_p, ratio, speedup_interval, verdict
+
+INF = math.inf
+
+
+def test_unpaired_p_is_the_rank_sum_over_every_relabelling():
+    # 3 vs 3, the row faster on every seed: its ranks are 1, 2, 3, the most extreme of the
+    # C(6, 3) = 20 relabellings on either side, so p = 2/20.
+    assert permutation_p([3, 4, 5], [1, 2, 2.5], paired=False) == pytest.approx(0.1)
+    # Ties and failures: pooled ranks 1, 2, 3 and three tied infinities at 5; the row's sum is 8
+    # against a mean of 10.5; the subsets of size 3 with a sum <= 8 or >= 13: 8 of 20.
+    assert permutation_p([INF, INF, 5], [1, 2, INF], paired=False) == pytest.approx(0.4)
+    assert permutation_p([1, 2, 3], [1, 2, 3], paired=False) == 1.0
+
+
+def test_paired_p_is_the_signed_rank_over_every_sign_flip():
+    # 5 pairs, the row faster in each: all signs +, the most extreme of 2^5 sign patterns on either side.
+    assert permutation_p([3, 4, 5, 6, 7], [1, 2, 2.5, 3, 4], paired=True) == pytest.approx(2 / 32)
+    # log ratios ln 2, -ln 1.5, ln 3 ranked by size: 2, 1, 3; W+ = 5 against a mean of 3;
+    # sign patterns with W+ <= 1 or >= 5 (sums of subsets of {1, 2, 3}): {}, {1}, {2,3}, {1,2,3} = 4 of 8.
+    assert permutation_p([200, 200, 300], [100, 300, 100], paired=True) == pytest.approx(0.5)
+    assert permutation_p([INF, 5], [INF, 5], paired=True) == 1.0  # both failed, or equal: ties only
+
+
+def test_the_interval_brackets_the_speedup_and_resampling_is_fixed():
+    base, row = [1000, 1200, 6900, 1100, 1300], [550, 600, 1000, 500, 650]
+    low, high = speedup_interval(base, row, paired=True)
+    assert low <= ratio(1200, 600) <= high and low > 1
+    assert (low, high) == speedup_interval(base, row, paired=True)  # the same on every call and machine
+    # the issue's case: per-seed speed-ups 2.2, 11.5 and 1.0 on three seeds leave 1 inside
+    low, high = speedup_interval([1320, 6900, 1000], [600, 600, 1000], paired=True)
+    assert low <= 1 <= high
+
+
+def test_failures_count_as_infinity_and_ties_of_failures_as_one():
+    assert ratio(INF, INF) == 1 and ratio(500, INF) == 0 and math.isinf(ratio(INF, 500)) and ratio(300, 150) == 2
+    low, high = speedup_interval([INF] * 5, [400, 500, 450, 600, 550], paired=True)
+    assert math.isinf(low) and math.isinf(high)
+
+
+def test_a_verdict_needs_the_interval_off_1_and_five_seeds():
+    assert verdict(1.2, 3.0, 5) == "faster" and verdict(0.2, 0.9, 10) == "slower"
+    assert verdict(0.8, 3.0, 10) == "not resolved (n = 10)"
+    assert verdict(INF, INF, 3) == "not resolved (n = 3)"  # 3 seeds never carry a claim
