@@ -215,10 +215,11 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
     Built through the registry as the loop builds it. With compile_model, the first step's time
     (compiling forward and backward) is reported as compile_s and left out of the median.
     """
-    from suite.stack import build_member, optimizer_and_filter
+    from suite.member import Member, optimizer_and_filter
 
     torch.set_flush_denormal(True)  # as the loop does
-    member, model = build_member(spec, device)
+    member = Member.build(spec, device)
+    model = member.model
     optimizer, _ = optimizer_and_filter(spec, model)
     batch = member.sampler.next()
     x, y = member.data.x_train[batch], member.data.y_train[batch]

@@ -1,25 +1,21 @@
-"""K seeds of one cell trained as one model: parameters stacked on a leading member axis.
+"""The model of a stack of K members, in two kinds with one interface: `Stacked` and `Alone`.
 
-`Ensemble(models)` holds the K models' parameters stacked (torch.func.stack_module_state)
-and maps inputs [K, batch, ...] to logits [K, batch, classes] with the forward vmapped over
-the member axis. The loop sums the K per-member mean losses, so each slice of a stacked
-gradient is exactly that member's own gradient; an optimizer or filter that treats every
-element on its own (Adam, AdamW, SGD, Adam-LR, Grokfast) then makes each member's update the
-one its separate run would make. A single run of such a cell is the ensemble of one (stacked,
-vmapped), so it takes the same kernels as a member of a larger ensemble: on CPU with one
-thread the results are equal bit for bit; with more threads or on a GPU a kernel may split a
-sum differently for another stacked shape, and they agree to float rounding
+`Stacked(models)` holds K models' parameters stacked on a leading member axis
+(torch.func.stack_module_state) and maps inputs [K, batch, ...] to logits [K, batch, classes],
+the forward vmapped over the member axis (or the model's own `forward_stacked`). The loop sums
+the K per-member mean losses, so each slice of a stacked gradient is exactly that member's own
+gradient; an optimizer or filter that treats every element on its own (Adam, AdamW, SGD,
+Adam-LR, Grokfast) then makes each member's update the one its separate run would make. A single
+run of such a cell is the stack of one, so it takes the same kernels as a member of a larger
+stack: on CPU with one thread the results are equal bit for bit; with more threads or on a GPU a
+kernel may split a sum differently for another stacked shape, and they agree to float rounding
 (tests/test_ensemble.py, README "Many seeds at once").
 
-Anything that couples elements (a norm over a whole tensor, an SVD) or keeps per-model state
-the stack cannot hold (BatchNorm statistics, dropout's random draws) would not be exact, and a
-model whose forward has no vmap batching rule (torch's nn.GRU) or says stackable=False cannot
-be stacked at all: `blocker()` names the reason (suite/stack.py's build() finds the vmap
-failures), and such members run one after the other instead.
+`Alone(model)` is one model as it is, for a member that cannot stack exactly (suite/plan.py
+says which and why): the same interface over a member axis of one, no vmap.
 
-A run that cannot be stacked exactly is the plain model (`stacked=False`: no vmap).
-Checkpoints are per member, in the format of a separate run: `split_state` takes member i's
-slice of every stacked tensor, `stack_states` puts K of them back together.
+Checkpoints are per member, in the format of a separate run: `split` takes member i's slice of
+every stacked tensor of a state (model, optimizer or filter), `join` puts K of them back.
 """
 
 from __future__ import annotations
@@ -30,22 +26,15 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
-from suite.registry import ALL
-from suite.spec import shared
 
-
-class Ensemble(nn.Module):
-    def __init__(self, models: list[nn.Module], stacked: bool = True):
+class Stacked(nn.Module):
+    def __init__(self, models: list[nn.Module]):
         super().__init__()
         self.size = len(models)
-        self.single = None
-        if not stacked:  # one model that cannot be stacked exactly (see blocker): run it as it is
-            (self.single,) = models
-            return
         first = models[0]
         names = {id(p): n for n, p in first.named_parameters()}
-        self._embedding = names.get(id(first.embedding_weight)) if getattr(first, "embedding_weight", None) is not None else None
-        self._coupled = names.get(id(first.coupled_weight)) if getattr(first, "coupled_weight", None) is not None else None
+        self._embedding = names.get(id(getattr(first, "embedding_weight", None)))
+        self._coupled = names.get(id(getattr(first, "coupled_weight", None)))
         params, buffers = stack_module_state(models)
         self._names = list(params)  # the members' own parameter order, so optimizer state lines up
         for name, value in params.items():
@@ -57,8 +46,7 @@ class Ensemble(nn.Module):
         self.__dict__["base"] = copy.deepcopy(first).to("meta")  # the architecture; not a submodule
 
     def train(self, mode: bool = True):
-        if self.single is None:
-            self.base.train(mode)
+        self.base.train(mode)
         return super().train(mode)
 
     def stacked(self, name: str) -> torch.Tensor:
@@ -66,8 +54,6 @@ class Ensemble(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [K, batch, ...] -> logits [K, batch, classes]."""
-        if self.single is not None:
-            return self.single(x[0]).unsqueeze(0)
         params = {n: self.stacked(n) for n in self._names}
         if hasattr(self.base, "forward_stacked"):  # the model's own stacked arithmetic (models/mlp.py)
             return self.base.forward_stacked(params, x)
@@ -83,9 +69,7 @@ class Ensemble(nn.Module):
         transposed either way), found by one backward pass on x. Autograd then takes every step's
         gradient as it is instead of copying it into the parameter's layout (~0.5 ms of a 10 ms MLP
         step). Only where elements live changes: the values, and every result, stay the same. Call
-        it before the optimizer exists."""
-        if self.single is not None:
-            return
+        it before the optimizer exists. A model whose ops have no batching rule fails here."""
         params = [self.stacked(n) for n in self._names]
         with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
             out = self(x)
@@ -95,56 +79,36 @@ class Ensemble(nn.Module):
                 if g is not None and g.stride() != p.stride() and _outer_first(g).is_contiguous():
                     p.data = torch.empty_strided(p.shape, g.stride(), dtype=p.dtype, device=p.device).copy_(p)
 
-    @torch.no_grad()
-    def clip_grad_norms(self, max_norm: float) -> None:
-        """Scale each member's gradients so that their global norm, over all of its parameters, is
-        at most max_norm (torch.nn.utils.clip_grad_norm_'s rule, per member): a member clips
-        exactly as its separate run does."""
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if not grads:
-            return
-        per_member = [g.unsqueeze(0) if self.single is not None else g for g in grads]  # member axis first
-        # Both norms reduce along the last axis, one row per member: a row's sum then runs in the same
-        # order whatever K is (reducing along the first axis summed a K = 1 stack in another order).
-        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in per_member], dim=1)  # [K, params]
-        scale = (max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
-        for g in per_member:
-            g.mul_(scale.view(-1, *[1] * (g.dim() - 1)))
-
     @property
     def embedding_weight(self):
-        if self.single is not None:
-            return getattr(self.single, "embedding_weight", None)
         return self.stacked(self._embedding) if self._embedding else None
 
     @property
     def coupled_weight(self):
-        if self.single is not None:
-            return getattr(self.single, "coupled_weight", None)
         return self.stacked(self._coupled) if self._coupled else None
 
-    @torch.no_grad()
-    def finite(self) -> torch.Tensor:
-        """Per member [K]: are all its parameters finite? One sum per tensor and member: a sum is
-        finite only if its terms are (or overflows near 1e38, which counts as diverged too)."""
-        per_member = [p.unsqueeze(0) if self.single is not None else p for p in self.parameters()]
-        total = sum(p.sum(dim=list(range(1, p.dim()))) if p.dim() > 1 else p for p in per_member)
-        return torch.isfinite(total)
-
     def stacked_weights(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """E and W with the member axis first (a single model's get one), detached."""
+        """E and W with the member axis first, detached."""
         E, W = self.embedding_weight, self.coupled_weight
-        lead = (lambda t: t.detach()[None]) if self.single is not None else (lambda t: t.detach())  # noqa: E731
-        return (None if E is None else lead(E)), (None if W is None else lead(W))
+        return (None if E is None else E.detach()), (None if W is None else W.detach())
+
+    def member_grads(self) -> list[torch.Tensor]:
+        """The gradients, member axis first."""
+        return [p.grad for p in self.parameters() if p.grad is not None]
+
+    def embedding_grads(self) -> list[torch.Tensor]:
+        """Each member's token-embedding gradient (vocab x d), a view into the stacked one."""
+        return list(self.embedding_weight.grad)
+
+    def member_params(self) -> list[torch.Tensor]:
+        return list(self.parameters())
 
     def alone(self) -> nn.Module:
-        """The ensemble of one as a plain model for measures that differentiate through it (the
-        Hessian): inputs [batch, ...] -> logits [batch, classes], computed by the same vmapped
+        """The stack of one as a plain model for measures that differentiate through it (the
+        Hessian): inputs [batch, ...] -> logits [batch, classes], computed by the same stacked
         kernels as training, with E and W the stacked parameters (a leading axis of 1)."""
-        if self.single is not None:
-            return self.single
-        assert self.size == 1, "alone() is the ensemble of one"
-        return _Alone(self)
+        assert self.size == 1, "alone() is the stack of one"
+        return _OneOfStack(self)
 
     @torch.no_grad()
     def keep(self, members: list[int]) -> None:
@@ -159,36 +123,102 @@ class Ensemble(nn.Module):
     def split(self, state) -> list:
         """Per-member states (in a separate run's format) from a state of the whole: the
         model's, the optimizer's or the filter's."""
-        return [state] if self.single is not None else split_state(state, self.size)
+        return split_state(state, self.size)
 
     def join(self, states: list):
-        return states[0] if self.single is not None else stack_states(states)
+        return stack_states(states)
 
     def member_state_dicts(self) -> list[dict]:
-        if self.single is not None:
-            return [self.single.state_dict()]
         return self.split({n: self.stacked(n).detach() for n in self._state_names})
 
-    def load_member_state_dicts(self, states: list[dict]) -> None:
-        if self.single is not None:
-            self.single.load_state_dict(states[0])
-            return
-        with torch.no_grad():
-            for name, value in self.join(states).items():
-                self.stacked(name).copy_(value)
 
+class Alone(nn.Module):
+    """One model as it is, with Stacked's interface over a member axis of one."""
 
-class _Alone(nn.Module):
-    def __init__(self, ensemble: Ensemble):
+    size = 1
+
+    def __init__(self, model: nn.Module):
         super().__init__()
-        self.ensemble = ensemble
-        self.training = ensemble.training  # so that restoring the mode afterwards restores the ensemble's
-
-    embedding_weight = property(lambda self: self.ensemble.embedding_weight)
-    coupled_weight = property(lambda self: self.ensemble.coupled_weight)
+        self.model = model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ensemble(x.unsqueeze(0))[0]
+        return self.model(x[0]).unsqueeze(0)
+
+    def lay_out_like_gradients(self, x: torch.Tensor) -> None:
+        pass  # the model's own layout
+
+    @property
+    def embedding_weight(self):
+        return getattr(self.model, "embedding_weight", None)
+
+    @property
+    def coupled_weight(self):
+        return getattr(self.model, "coupled_weight", None)
+
+    def stacked_weights(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        E, W = self.embedding_weight, self.coupled_weight
+        return (None if E is None else E.detach()[None]), (None if W is None else W.detach()[None])
+
+    def member_grads(self) -> list[torch.Tensor]:
+        return [p.grad.unsqueeze(0) for p in self.model.parameters() if p.grad is not None]
+
+    def embedding_grads(self) -> list[torch.Tensor]:
+        return [self.embedding_weight.grad]
+
+    def member_params(self) -> list[torch.Tensor]:
+        return [p.unsqueeze(0) for p in self.model.parameters()]
+
+    def alone(self) -> nn.Module:
+        return self.model
+
+    def keep(self, members: list[int]) -> None:
+        assert members == [0], "a model alone keeps its one member or stops"
+
+    def split(self, state) -> list:
+        return [state]
+
+    def join(self, states: list):
+        return states[0]
+
+    def member_state_dicts(self) -> list[dict]:
+        return [self.model.state_dict()]
+
+
+@torch.no_grad()
+def clip_grad_norms(model: Stacked | Alone, max_norm: float) -> None:
+    """Scale each member's gradients so that their global norm, over all of its parameters, is at
+    most max_norm (torch.nn.utils.clip_grad_norm_'s rule, per member): a member clips exactly as
+    its separate run does."""
+    grads = model.member_grads()
+    if not grads:
+        return
+    # Both norms reduce along the last axis, one row per member: a row's sum then runs in the same
+    # order whatever K is (reducing along the first axis summed a K = 1 stack in another order).
+    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1)  # [K, params]
+    scale = (max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale.view(-1, *[1] * (g.dim() - 1)))
+
+
+@torch.no_grad()
+def finite(model: Stacked | Alone) -> torch.Tensor:
+    """Per member [K]: are all its parameters finite? One sum per tensor and member: a sum is finite
+    only if its terms are (or overflows near 1e38, which counts as diverged too)."""
+    total = sum(p.sum(dim=list(range(1, p.dim()))) if p.dim() > 1 else p for p in model.member_params())
+    return torch.isfinite(total)
+
+
+class _OneOfStack(nn.Module):
+    def __init__(self, stacked: Stacked):
+        super().__init__()
+        self.stack = stacked
+        self.training = stacked.training  # so that restoring the mode afterwards restores the stack's
+
+    embedding_weight = property(lambda self: self.stack.embedding_weight)
+    coupled_weight = property(lambda self: self.stack.coupled_weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stack(x.unsqueeze(0))[0]
 
 
 def _key(name: str) -> str:
@@ -196,9 +226,9 @@ def _key(name: str) -> str:
 
 
 def split_state(state, size: int) -> list:
-    """Member i's state from an ensemble's: every tensor that has dimensions has the member
-    axis first (that is how elementwise optimizers and filters keep their state); 0-dim
-    tensors (Adam's step) and plain values are shared."""
+    """Member i's state from a stack's: every tensor that has dimensions has the member axis first
+    (that is how elementwise optimizers and filters keep their state); 0-dim tensors (Adam's
+    step) and plain values are shared."""
 
     def pick(value, i):
         if torch.is_tensor(value):
@@ -239,32 +269,6 @@ def _stack_like(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def shapes(model: nn.Module, data) -> tuple:
-    """What must be equal across a stack's members besides `shared`: every tensor's shape."""
+    """What must be equal across a stack's members besides their specs: every tensor's shape."""
     return (tuple(data.x_train.shape), tuple(data.x_val.shape), tuple(data.val_groups),
             tuple(tuple(p.shape) for p in model.parameters()), tuple(tuple(b.shape) for b in model.buffers()))
-
-
-def blocker(specs: list[dict], models: list[nn.Module], datas: list) -> str | None:
-    """Why these members cannot train as one exact ensemble, or None if they can."""
-    first = specs[0]
-    if any(shared(s) != shared(first) for s in specs[1:]):
-        return "the specs differ in more than the seed and the task's settings"
-    for kind in ("opt", "filter"):
-        entry = ALL[kind].get(first[kind]["name"])
-        if not entry.info.get("elementwise"):
-            return f"{'optimizer' if kind == 'opt' else 'filter'} '{entry.name}' is not elementwise"
-    if not ALL["model"].get(first["model"]["name"]).info.get("stackable", True):
-        return f"model '{first['model']['name']}' is registered with stackable=False"
-    if len(specs) > 1 and first["train"].get("hessian_every"):
-        return "Hessian measures are per model"  # one run measures its ensemble of one (Ensemble.alone)
-    for module in models[0].modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            return f"the model has BatchNorm ({type(module).__name__}), whose statistics are per model"
-        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
-            return "the model has dropout, whose random draws differ from separate runs"
-    if len({shapes(m, d) for m, d in zip(models, datas)}) > 1:
-        return SHAPES_DIFFER
-    return None
-
-
-SHAPES_DIFFER = "the members' data or models differ in shape"

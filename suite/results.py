@@ -9,6 +9,7 @@ this one function instead of probing for fields.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -40,6 +41,16 @@ def git_dirty() -> bool | None:
     than its commit); None outside a git checkout."""
     out = _git("status", "--porcelain", "--untracked-files=no")
     return bool(out.stdout.strip()) if out and out.returncode == 0 else None
+
+
+def provenance(size: int, device, compile: bool) -> dict:
+    """How a result was made, recorded in it. Threads change the rounding on CPU (README, "Many seeds at
+    once") and the wait policy the speed, so both are recorded beside the commit."""
+    import torch
+
+    return {"ensemble_size": size, "device": str(device), "compiled": compile, "git_commit": git_commit(),
+            "git_dirty": git_dirty(), "threads": torch.get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def headline(result: dict) -> str:

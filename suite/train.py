@@ -1,4 +1,5 @@
-"""The one training loop. Read it top to bottom: build, resume, step / evaluate / record, finish.
+"""The one training loop. Read it top to bottom: build, claim, plan, then per stack: step /
+evaluate / record / checkpoint, and finish.
 
 A run is a pure function of its spec: the seed fixes the model's initialisation, the task's
 split (unless the task is given its own data_seed) and the generator that draws every batch.
@@ -8,10 +9,10 @@ never stopped.
 
 Several specs that differ only in their seed and their task's settings (operation, split,
 data seed, ...) train together as one stack (K members, parameters stacked, forward vmapped:
-suite/ensemble.py) when that is exact and their tensors have the same shapes; in parts of
-equal shapes, or one after the other, otherwise. Every member keeps its own data, batches,
-run dir, milestones and early stop; a single run is the ensemble of one. What is done to the members besides this
-loop (resume, evaluate, checkpoint, leave the stack, finish) is suite/stack.py's.
+suite/ensemble.py) when that is exact and their tensors have the same shapes; in parts, or one
+after the other, otherwise (suite/plan.py decides, once, up front). Every member keeps its own
+data, batches, run dir, milestones and early stop; a single run is the stack of one. The
+members own their run folders (suite/member.py); the stack computes (suite/stack.py).
 """
 
 from __future__ import annotations
@@ -23,10 +24,14 @@ from pathlib import Path
 
 import torch
 
-from suite.registry import SuiteError
-from suite.rundir import read_json
+from suite.ensemble import clip_grad_norms
+from suite.errors import SuiteError
+from suite.member import Member, claim
+from suite.plan import parts
+from suite.results import provenance
+from suite.rundir import rng_states
 from suite.spec import spec_id
-from suite.stack import build, provenance
+from suite.stack import Stack
 
 
 class Preempted(Exception):
@@ -47,68 +52,106 @@ def resolve_device(name: str = "auto") -> torch.device:
 def train(specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None,
           compile: bool = False) -> list[dict]:
     """Train specs into their run dirs and return their results (each also written to its
-    run_dir/result.json). One spec is one run; specs that differ only in the seed and the task's
-    settings are one stack, or train in parts (or one after the other) where that would not be
-    exact. compile: the training step's forward through torch.compile (evaluation stays eager:
-    its shapes vary)."""
-    trackers = trackers or [None] * len(specs)
+    run_dir/result.json). compile: the training step's forward through torch.compile (evaluation
+    stays eager: its shapes vary)."""
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
     torch.set_flush_denormal(True)
-    stack = build(specs, device)  # fails on bad input before anything is written
-    if stack.sequential_reason:
-        return in_parts(specs, run_dirs, device, trackers, compile, stack.sequential_reason, stack.parts)
-    start = stack.claim(run_dirs, trackers)
-    if start is None:  # finished by another process meanwhile, or the seeds were resumed apart
-        if len(specs) == 1:
-            return [read_json(Path(run_dirs[0]) / "result.json")]
-        return in_parts(specs, run_dirs, device, trackers, compile,
-                        "some finished meanwhile, or they stand at different steps")
-    cfg, K, how = stack.cfg, len(specs), provenance(len(specs), device, compile)
+    members = [Member.build(spec, device) for spec in specs]  # bad input raises here, before anything is written
+    claim(members, run_dirs, trackers or [None] * len(specs))  # finished meanwhile: its result is read
+    try:
+        for part in parts(members):
+            train_stack(Stack(part.members, part.model, device), device, compile)
+    except BaseException:
+        for m in members:
+            if m.result is None:
+                m.release()
+        raise
+    return [m.result for m in members]
+
+
+def train_step(stack: Stack, step: int, forward) -> None:
+    """One update of every live member of the stack: its own batch, the sum of their mean losses
+    (so each member's slice of every gradient is its own run's), filter, clip, optimizer."""
+    x, y = stack.next_batch(step)  # [K, batch, ...], [K, batch]
+    logits = forward(x)  # [K, batch, classes]
+    stack.count_running(logits, y)
+    loss = stack.loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
+    stack.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    stack.observe_embedding_grad()  # samplers that adapt to training
+    stack.grad_filter.apply()
+    if stack.cfg.grad_clip is not None:
+        clip_grad_norms(stack.model, stack.cfg.grad_clip)
+    stack.optimizer.step()
+
+
+def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
+    """The loop over steps for one stack, from where its members' checkpoints stand to their stops."""
+    cfg, start, members, K = stack.cfg, stack.live[0].start, list(stack.live), len(stack.live)
+    how = provenance(K, device, compile)
     forward = torch.compile(stack.model) if compile else stack.model
-    progress = Progress(cfg.steps, start, spec_id(specs[0])[:8] + (f" x{K}" if K > 1 else ""))
+    progress = Progress(cfg.steps, start, spec_id(stack.spec)[:8] + (f" x{K}" if K > 1 else ""))
     clock, step = WallShare(K), start
     with _StopFlag() as stop:
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
-                stack.checkpoint(step, clock.now())
+                checkpoint(stack, step, clock.now())
                 if stop.raised:
                     progress.close()
-                    stack.release()
+                    for m in stack.live:
+                        m.release()
                     raise Preempted(f"{stop.raised} at step {step}: checkpointed in "
                                     + ", ".join(str(m.run_dir.path) for m in stack.live))
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                stack.evaluate(step)
-                for m in stack.live:
-                    if reason := stack.stop_reason(m, step):
-                        stack.finish(m, step, reason, m.wall_before + clock.now(), how)
-                progress.update(step, _summary([m.record for m in stack.members if m.record]), _notes(stack.live, K))
+                record(stack, step, how, clock)
+                progress.update(step, _summary([m.record for m in members if m.record]), _notes(stack.live, K))
                 stack.leave()
                 if not stack.live:
                     break
                 clock.resize(len(stack.live))
             if step == cfg.steps:
                 break
-            stack.update(step, forward)
+            train_step(stack, step, forward)
     progress.close()
+    for m in list(stack.live):
+        finish(stack, m, step, "budget", m.wall_before + clock.now(), how)
+
+
+def record(stack: Stack, step: int, how: dict, clock: WallShare) -> None:
+    """Evaluate the stack, write each member's record (or mark it diverged), and finish the
+    members that stop here."""
+    for i, (m, evaluation) in enumerate(zip(stack.live, stack.evaluate(step))):
+        if evaluation is None:
+            m.diverged = True
+            m.notes.append("diverged")
+            continue
+        m.write(evaluation)
+        if stack.cfg.keep_weights:
+            m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
     for m in stack.live:
-        if m.result is None:
-            stack.finish(m, step, "budget", m.wall_before + clock.now(), how)
-    return [m.result for m in stack.members]
+        if reason := stop_reason(m, stack.cfg, step):
+            finish(stack, m, step, reason, m.wall_before + clock.now(), how)
 
 
-def in_parts(specs, run_dirs, device, trackers, compile, reason: str, parts: list[list[int]] | None = None) -> list[dict]:
-    """The members trained in parts that can stack (None: one by one), one part after the other,
-    with the reason said once."""
-    parts = parts or [[i] for i in range(len(specs))]
-    how = "one after the other" if all(len(part) == 1 for part in parts) else f"in {len(parts)} stacks of equal shapes"
-    print(f"{len(specs)} runs train {how}: {reason}", file=sys.stderr)
-    results = [None] * len(specs)
-    for part in parts:
-        done = train([specs[i] for i in part], [run_dirs[i] for i in part], device, [trackers[i] for i in part], compile)
-        for i, result in zip(part, done):
-            results[i] = result
-    return results
+def stop_reason(m: Member, cfg, step: int) -> str | None:
+    """Why m stops at this evaluation ("diverged", "target held"), or None."""
+    if m.diverged:
+        return "diverged"
+    if cfg.patience is not None and m.milestones.held_since is not None and step - m.milestones.held_since >= cfg.patience:
+        return "target held"
+    return None
+
+
+def finish(stack: Stack, m: Member, step: int, reason: str, wall: float, how: dict) -> None:
+    keep = stack.cfg.keep_weights and not m.diverged
+    m.finish(step, reason, wall, how, stack.model.member_state_dicts()[stack.live.index(m)] if keep else None)
+
+
+def checkpoint(stack: Stack, step: int, wall_share: float) -> None:
+    """One checkpoint per live member, each in the format of a separate run."""
+    for m, state in zip(stack.live, stack.states()):
+        m.save_checkpoint(state | rng_states(stack.device) | {"step": step, "wall_s": m.wall_before + wall_share})
 
 
 class _StopFlag:

@@ -47,16 +47,28 @@ class PreemptAt:
 
 
 def build_one(spec):
-    """The plain pieces of a single run of spec (the model unstacked), as suite.stack builds them."""
+    """The plain pieces of a single run of spec (the model unstacked), as suite.member builds them."""
     from types import SimpleNamespace
 
     import torch
 
-    from suite.stack import build_member, optimizer_and_filter
+    from suite.member import Member, optimizer_and_filter
 
-    member, model = build_member(spec, torch.device("cpu"))
-    optimizer, _ = optimizer_and_filter(spec, model)
-    return SimpleNamespace(model=model, optimizer=optimizer, data=member.data, sampler=member.sampler)
+    member = Member.build(spec, torch.device("cpu"))
+    optimizer, _ = optimizer_and_filter(spec, member.model)
+    return SimpleNamespace(model=member.model, optimizer=optimizer, data=member.data, sampler=member.sampler)
+
+
+def stack_of(specs):
+    """The specs' members as the loop stacks them (one part), without run dirs: a Stack at step 0."""
+    import torch
+
+    from suite.member import Member
+    from suite.plan import parts
+    from suite.stack import Stack
+
+    (part,) = parts([Member.build(spec, torch.device("cpu")) for spec in specs])
+    return Stack(part.members, part.model, torch.device("cpu"))
 
 
 @pytest.fixture

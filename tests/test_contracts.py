@@ -17,7 +17,8 @@ from suite import SuiteError, register_model
 from suite.contracts import ContractError
 from suite.registry import ALL, RUNNERS, Registry
 from suite.spec import resolve
-from suite.stack import build
+from suite.member import Member
+from suite.plan import blocker
 from suite.train import train
 
 # --- the contracts, checked as components register ------------------------------------------------
@@ -172,8 +173,9 @@ def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp
 
 
 def test_a_model_registered_unstackable_says_so():
-    stack = build([resolve({"model": "_solo"}, TINY, seed) for seed in (0, 1)], torch.device("cpu"))
-    assert stack.model is None and stack.sequential_reason == "model '_solo' is registered with stackable=False"
+    members = [Member.build(resolve({"model": "_solo"}, TINY, seed), torch.device("cpu")) for seed in (0, 1)]
+    assert blocker([m.spec for m in members], [m.model for m in members]) == \
+        "model '_solo' is registered with stackable=False"
 
 
 def test_a_sampler_that_is_not_a_sampler_is_one_line():
@@ -190,8 +192,8 @@ def test_a_sampler_that_is_not_a_sampler_is_one_line():
             return torch.arange(4)
 
     with pytest.raises(SuiteError, match=r"sampler '_plain_object' built a NotASampler, not a suite\.contracts\.Sampler"):
-        build([resolve({"sampler": "_plain_object"}, {k: v for k, v in TINY.items() if k != "batch_size"})],
-              torch.device("cpu"))
+        Member.build(resolve({"sampler": "_plain_object"}, {k: v for k, v in TINY.items() if k != "batch_size"}),
+                     torch.device("cpu"))
 
 
 # --- one component of each kind from a new module: the README's example ---------------------------

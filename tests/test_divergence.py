@@ -11,7 +11,7 @@ import torch
 from conftest import TINY_FIXED, run_cli
 from suite import TaskData, register_task
 from suite.cli import main
-from suite.ensemble import Ensemble
+from suite.ensemble import Alone, Stacked, clip_grad_norms
 from suite.spec import resolve
 from suite.train import train
 
@@ -89,7 +89,7 @@ def test_a_grid_goes_on_past_a_diverged_cell_and_the_leaderboard_counts_it_a_fai
     assert len(rows) == 2
 
 
-def _grads_with_norms(ensemble: Ensemble, norms: list[float]) -> None:
+def _grads_with_norms(ensemble: Stacked, norms: list[float]) -> None:
     """Random gradients whose per-member global norms are `norms`."""
     g = torch.Generator().manual_seed(0)
     grads = [torch.randn(p.shape, generator=g) for p in ensemble.parameters()]
@@ -102,10 +102,10 @@ def test_grad_clip_scales_each_member_by_its_own_global_norm():
     from suite.models.mlp import MLP
 
     data = loud_for_seed_1(0)
-    ensemble = Ensemble([MLP(data, hidden=8) for _ in range(3)])
+    ensemble = Stacked([MLP(data, hidden=8) for _ in range(3)])
     _grads_with_norms(ensemble, [10.0, 0.5, 3.0])
     before = [p.grad.clone() for p in ensemble.parameters()]
-    ensemble.clip_grad_norms(1.0)
+    clip_grad_norms(ensemble, 1.0)
     after = list(ensemble.parameters())
     norms = [torch.stack([p.grad[i].norm() for p in after]).norm().item() for i in range(3)]
     assert norms[0] == pytest.approx(1.0, rel=1e-5) and norms[2] == pytest.approx(1.0, rel=1e-5)
@@ -121,12 +121,12 @@ def test_grad_clip_of_a_plain_model_is_torchs(one_thread):
     torch.manual_seed(0)
     plain = MLP(data, hidden=8)
     torch.manual_seed(0)
-    ours = Ensemble([MLP(data, hidden=8)], stacked=False)
-    for model in (plain, ours.single):
+    ours = Alone(MLP(data, hidden=8))
+    for model in (plain, ours.model):
         torch.nn.functional.cross_entropy(model(data.x_train) * 100, data.y_train).backward()
     torch.nn.utils.clip_grad_norm_(plain.parameters(), 0.01)
-    ours.clip_grad_norms(0.01)
-    for a, b in zip(plain.parameters(), ours.single.parameters()):
+    clip_grad_norms(ours, 0.01)
+    for a, b in zip(plain.parameters(), ours.model.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-6, atol=0)
 
 

@@ -15,8 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import TINY_FIXED, PreemptAt, run_cli
-from suite.ensemble import SHAPES_DIFFER, blocker, split_state, stack_states
+from conftest import TINY_FIXED, PreemptAt, run_cli, stack_of
+from suite.ensemble import split_state, stack_states
+from suite.plan import blocker
 from suite.spec import canonical, resolve
 from suite.train import Preempted, train
 
@@ -107,19 +108,14 @@ def test_what_cannot_be_exact_runs_one_after_the_other_and_says_why(tmp_path, ca
 
 def test_blocker_names_each_reason():
     mlp = _specs({}, SMALL, seeds=(0, 1))
-    assert blocker(mlp, [nn.Linear(2, 2)], []) is None
-    assert blocker([mlp[0], resolve({}, {**SMALL, "lr": 0.5}, 1)], [nn.Linear(2, 2)], []) == \
+    assert blocker(mlp, [nn.Linear(2, 2)]) is None
+    assert blocker([mlp[0], resolve({}, {**SMALL, "lr": 0.5}, 1)], [nn.Linear(2, 2)]) == \
         "the specs differ in more than the seed and the task's settings"
-    other_p = resolve({}, {**SMALL, "p": 13}, 1)  # a task setting: allowed, but here it changes every shape
-    from suite.tasks.modular import modular
-
-    datas = [modular(0, p=11, train_frac=0.5, test_frac=0.3), modular(1, p=13, train_frac=0.5, test_frac=0.3)]
-    assert blocker([mlp[0], other_p], [nn.Linear(2, 2)] * 2, datas) == SHAPES_DIFFER
-    assert blocker([mlp[0], other_p], [nn.Linear(2, 2), nn.Linear(2, 3)], datas[:1] * 2) == SHAPES_DIFFER
-    assert "orthograd" in blocker(_specs({"filter": "orthograd"}, SMALL, (0, 1)), [nn.Linear(2, 2)], [])
-    assert "BatchNorm" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))], [])
-    assert "dropout" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1))], [])
-    assert "Hessian" in blocker(_specs({}, {**SMALL, "hessian_every": 2}, (0, 1)), [nn.Linear(2, 2)], [])
+    assert blocker([mlp[0], resolve({}, {**SMALL, "p": 13}, 1)], [nn.Linear(2, 2)]) is None  # a task setting: shapes decide
+    assert "orthograd" in blocker(_specs({"filter": "orthograd"}, SMALL, (0, 1)), [nn.Linear(2, 2)])
+    assert "BatchNorm" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))])
+    assert "dropout" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1))])
+    assert "Hessian" in blocker(_specs({}, {**SMALL, "hessian_every": 2}, (0, 1)), [nn.Linear(2, 2)])
 
 
 def test_split_and_stack_are_inverse_on_an_optimizer_state():
@@ -140,16 +136,13 @@ def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layou
     # A Linear weight's gradient leaves the vmapped backward transposed; the stacked weight is
     # stored that way, so autograd hands the gradient over as it is (no copy into another layout),
     # and dropping members or restacking saved states keeps the layout.
-    from suite.stack import build
-
-    b = build(_specs({}, {**SMALL, "d": 16, "hidden": 32}), CPU)
+    b = stack_of(_specs({}, {**SMALL, "d": 16, "hidden": 32}))
     W = b.model.stacked("hidden.weight")
     assert W.stride() == (32 * 64, 1, 32)  # [K, hidden, 4 * d] stored transposed
     grads = {}
     for name in b.model._names:
         b.model.stacked(name).register_hook(lambda g, name=name: grads.__setitem__(name, g.stride()))
-    x = torch.stack([m.data.x_train for m in b.members])
-    b.model(x).square().sum().backward()
+    b.model(b.x_train).square().sum().backward()
     assert all(grads[n] == b.model.stacked(n).stride() for n in b.model._names)
     b.optimizer.step()
     exp_avg = b.optimizer.state[W]["exp_avg"]
@@ -250,7 +243,7 @@ def test_cells_whose_task_changes_a_shape_stack_in_parts_of_equal_shapes(tmp_pat
     """a/b leaves out b = 0, so its training set is smaller: add and mul stack, div on its own."""
     specs = [resolve({}, {**SMALL, "d": 16, "hidden": 32, "op": op}, 0) for op in ("add", "div", "mul")]
     together = train(specs, [tmp_path / op for op in ("add", "div", "mul")], CPU)
-    assert "3 runs train in 2 stacks of equal shapes: the members' data or models differ in shape" in capsys.readouterr().err
+    assert "3 runs train in 2 stacks: the members' data or models differ in shape" in capsys.readouterr().err
     assert [r["ensemble_size"] for r in together] == [2, 1, 2]
     (alone,) = train([specs[1]], [tmp_path / "div-alone"], CPU)
     assert _metrics(tmp_path / "div") == _metrics(tmp_path / "div-alone")
@@ -300,15 +293,12 @@ def test_each_member_of_the_mlps_stacked_forward_is_the_model_alone(task, settin
     # a weight gradient came out 781.7108 stacked vs 781.7106 alone, so the promise is float32 rounding.
     from torch.func import functional_call
 
-    from suite.stack import build
-
     torch.set_num_threads(threads)
     same = _bit_for_bit if threads == 1 else torch.testing.assert_close  # float32: rtol 1.3e-6
     for k in (1, 3):
         small = SMALL if task == "modular" else {"batch_size": 16, "train.steps": 60, "eval_every": 10}
-        b = build(_specs({"task": task}, {**small, "d": 16, "hidden": 32, **settings}, seeds=range(k)), CPU)
-        e = b.model
-        x = torch.stack([m.data.x_train for m in b.members])
+        b = stack_of(_specs({"task": task}, {**small, "d": 16, "hidden": 32, **settings}, seeds=range(k)))
+        e, x = b.model, b.x_train
         params = {n: e.stacked(n) for n in e._names}
         own = e(x)
         grads = torch.autograd.grad(own.square().sum(), list(params.values()))

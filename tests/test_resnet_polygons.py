@@ -14,7 +14,7 @@ from suite.models.mlp import MLP
 from suite.models.resnet import ResNet18
 from suite.registry import SuiteError
 from suite.spec import resolve
-from suite.stack import build
+from suite.member import Member
 from suite.train import train
 from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, insight_image, load_images, polygons, render
 
@@ -174,12 +174,12 @@ def test_what_does_not_apply_to_images_is_refused(cache, choices, message):
     spec = resolve({"task": "polygons", "model": "resnet18", **choices},
                    {"resolution": RES} if choices.get("task") != "modular" else {})
     with pytest.raises(SuiteError, match=message):
-        build([spec], torch.device("cpu"))
+        Member.build(spec, torch.device("cpu"))
 
 
 def test_transformer_refuses_images(cache):
     with pytest.raises(SuiteError, match=r"'transformer' takes tokens.*'polygons' gives image"):
-        build([resolve({"task": "polygons", "model": "transformer"}, {"resolution": RES})], torch.device("cpu"))
+        Member.build(resolve({"task": "polygons", "model": "transformer"}, {"resolution": RES}), torch.device("cpu"))
 
 
 def _images(size):
@@ -226,7 +226,7 @@ def test_insight_pipeline_dataset_and_their_52_way_head(cache, monkeypatch):
 
 
 def test_their_epochs_of_200_end_in_a_short_batch(data):
-    sampler = build([resolve({"task": "polygons", "model": "mlp", "sampler": "epoch"},
-                             {"resolution": RES, "batch_size": 200, "hidden": 8})], torch.device("cpu")).members[0].sampler
+    sampler = Member.build(resolve({"task": "polygons", "model": "mlp", "sampler": "epoch"},
+                                   {"resolution": RES, "batch_size": 200, "hidden": 8}), torch.device("cpu")).sampler
     sizes = [len(sampler.next()) for _ in range(19)]
     assert sizes == [200] * 18 + [60]  # 3,660 images: 19 steps an epoch

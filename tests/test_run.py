@@ -130,7 +130,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, messag
 def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
     from suite import register_model
     from suite.registry import SuiteError
-    from suite.stack import build
+    from suite.member import Member
 
     @register_model("_image_only", inputs=("image",))
     class ImageOnly(torch.nn.Module):
@@ -138,7 +138,7 @@ def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
             super().__init__()
 
     with pytest.raises(SuiteError, match="model '_image_only' takes image inputs, but task 'modular' gives tokens"):
-        build([resolve({"model": "_image_only"})], torch.device("cpu"))
+        Member.build(resolve({"model": "_image_only"}), torch.device("cpu"))
 
 
 def test_list_shows_every_component_with_parameters():

@@ -1,0 +1,213 @@
+"""One run of a stack: its data, model, batches, and its run folder from claim to result.
+
+A Member is built from its spec (data, model, sampler and generator: everything its seed fixes),
+then claims its run dir (lock it, read where its checkpoint stands), records every evaluation
+(metrics.jsonl, tracker, milestones), saves its checkpoints, and finishes (result.json, written
+last). The stack it trains in (suite/stack.py) only computes; what reaches the disk goes
+through here, in the format of a separate run whatever the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import torch
+from torch import nn
+
+import suite
+from suite import weights
+from suite.components.optimizers import ParamGroups
+from suite.config import TrainConfig
+from suite.contracts import GradFilter, Sampler, Tracker
+from suite.data import TaskData
+from suite.errors import SuiteError
+from suite.milestones import Milestones
+from suite.registry import ALL
+from suite.results import TRAIN
+from suite.rundir import RunDir, UnreadableFile, read_json, rng_states, write_json
+from suite.spec import component_settings, spec_id, task_data
+
+
+@dataclass
+class Member:
+    spec: dict
+    data: TaskData
+    model: nn.Module  # its own, unstacked; a Stacked model copies its parameters
+    sampler: Sampler
+    generator: torch.Generator
+    rng: dict  # torch's global RNG states right after the build: the loop starts from them
+    run_dir: RunDir | None = None
+    tracker: Tracker | None = None
+    state: dict | None = None  # the checkpoint it resumes from (None: step 0)
+    history: list[dict] = field(default_factory=list)  # its evaluations before that checkpoint
+    milestones: Milestones | None = None
+    metrics_file: TextIO | None = None  # the open metrics.jsonl
+    record: dict | None = None  # the last evaluation
+    result: dict | None = None  # set once it stops (target held, diverged, budget), or found finished
+    diverged: bool = False  # its loss or parameters stopped being finite
+    notes: list[str] = field(default_factory=list)  # milestones reached since the last progress line
+
+    @classmethod
+    def build(cls, spec: dict, device: torch.device) -> Member:
+        """Its data, model and batches, from its spec; bad input raises SuiteError here, before
+        anything is written."""
+        cfg = TrainConfig(**spec["train"])  # its checks
+        data, model_entry = task_data(spec)
+        data = data.to(device)
+        torch.manual_seed(spec["seed"])  # the model's initialisation
+        model = model_entry.build(data, **component_settings(spec, "model")).to(device)
+        generator = torch.Generator(device=device).manual_seed(spec["seed"])
+        sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
+        _check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
+        if sampler.reads_embedding_grad and getattr(model, "embedding_weight", None) is None:
+            raise SuiteError(f"sampler '{spec['sampler']['name']}' reads the token-embedding gradients, "
+                             f"but model '{spec['model']['name']}' here has no token embedding")
+        rng = rng_states(device)
+        optimizer_and_filter(spec, model)  # an optimizer or filter that does not fit the model says so now
+        member = cls(spec, data, model, sampler, generator, rng)
+        member.milestones = Milestones(cfg.memorization, cfg.target, cfg.hold)
+        return member
+
+    @property
+    def start(self) -> int:
+        return int(self.state["step"]) if self.state else 0
+
+    @property
+    def wall_before(self) -> float:
+        """Its share of the wall time before a resume."""
+        return float(self.state["wall_s"]) if self.state else 0.0
+
+    # --- the run folder ------------------------------------------------------------------------
+
+    def claim(self, run_dir: str | Path, tracker: Tracker | None) -> None:
+        """Lock the run dir and read where it stands: finished (result set), or resumed from its
+        checkpoint (its model, sampler and generator restored), or from step 0. Writes nothing."""
+        self.run_dir, self.tracker = RunDir(run_dir), tracker
+        self.run_dir.lock()
+        if self.run_dir.finished:  # by another process meanwhile
+            self.result = read_json(self.run_dir / "result.json")
+            self.run_dir.unlock()
+            return
+        self.state = self.run_dir.load_checkpoint(self.data.x_train.device)
+        if self.state:
+            try:
+                self.model.load_state_dict(self.state["model"])
+                self.sampler.load_state_dict(self.state["sampler"])
+                self.generator.set_state(self.state["generator"].cpu())
+            except Exception as err:  # noqa: BLE001 - it was read, but it is not this run's: any failure says so
+                raise self.foreign(err) from None
+        self.history = [r for r in self.run_dir.read_metrics() if r["step"] < self.start]
+
+    def foreign(self, err: Exception) -> UnreadableFile:
+        return UnreadableFile(f"the checkpoint in {self.run_dir.path} does not fit this run ({type(err).__name__}: "
+                              f"{(str(err).splitlines() or [''])[0]}); delete it to run it again from step 0")
+
+    def open(self) -> None:
+        """Start writing: spec.json, and metrics.jsonl up to where it resumes (replayed into the milestones)."""
+        if self.start:
+            print(f"resuming {self.run_dir.path} from step {self.start}", file=sys.stderr)
+        write_json(self.run_dir / "spec.json", self.spec)
+        for record in self.history:
+            self.milestones.update(record)
+        self.metrics_file = self.run_dir.restart_metrics(self.history)
+
+    def write(self, record: dict) -> None:
+        """One evaluation: metrics.jsonl, the tracker, the milestones (those just reached go to notes)."""
+        before = (self.milestones.memorization_step, self.milestones.grok_step)
+        self.milestones.update(record)
+        self.record = record
+        self.metrics_file.write(json.dumps(record) + "\n")
+        self.metrics_file.flush()
+        if self.tracker is not None:
+            self.tracker.log(record, record["step"])
+        self.notes += [what for what, was, now in (("memorized", before[0], self.milestones.memorization_step),
+                                                   ("grokked", before[1], self.milestones.grok_step))
+                       if was is None and now is not None]
+
+    def keep_weights(self, step: int, state_dict) -> None:
+        """At memorization, and where each streak at the target begins until one holds (finish()
+        drops the last candidate if none did): train.keep_weights."""
+        m = self.milestones
+        if m.memorization_step == step:
+            weights.save(self.run_dir.path, "memorization", state_dict(), step)
+        if m.held_since == step and m.grok_step in (None, step):
+            weights.save(self.run_dir.path, "grok", state_dict(), step)
+
+    def save_checkpoint(self, state: dict) -> None:
+        self.run_dir.save_checkpoint(state | {"sampler": self.sampler.state_dict(),
+                                              "generator": self.generator.get_state()})
+
+    def finish(self, step: int, stop_reason: str, wall: float, how: dict, final_weights: dict | None = None) -> None:
+        """Write result.json (its last finite evaluation, milestones, provenance), last, and
+        close the run dir."""
+        self.metrics_file.close()
+        record = self.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
+        m = self.milestones
+        self.result = {
+            "spec": self.spec, "run_id": spec_id(self.spec), "runner": TRAIN,
+            "memorization_step": m.memorization_step,
+            "grok_step": m.grok_step,  # held for train.hold steps (suite.milestones)
+            "delay": m.delay, "first_touch_step": m.first_touch_step, "collapsed": m.collapsed,
+            "best_val_acc": m.best_val_acc,
+            "final_train_acc": record["train_acc"], "final_val_acc": record["val_acc"],
+            "final_train_loss": record["train_loss"], "final_val_loss": record["val_loss"],
+            "steps": step, "stop_reason": stop_reason,
+            "wall_s": wall,  # in a stack, this member's share of its wall time
+            "steps_per_s": step / wall if wall > 0 else None,
+            **how,
+            "task_info": self.data.info, "suite_version": suite.__version__, "torch_version": torch.__version__,
+            "python": platform.python_version(),
+        }
+        if final_weights is not None:  # before result.json: a finished run has its weights
+            weights.save(self.run_dir.path, "final", final_weights, step)
+        if m.grok_step is None:  # a streak that never held leaves no grok weights
+            weights.drop(self.run_dir.path, "grok")
+        write_json(self.run_dir / "result.json", self.result)
+        if self.tracker is not None:
+            self.tracker.finish(self.result)
+        self.run_dir.drop_checkpoints()
+        self.run_dir.unlock()
+
+    def release(self) -> None:
+        """Close and unlock the run dir (preempted: its checkpoint stays)."""
+        if self.metrics_file is not None:
+            self.metrics_file.close()
+        if self.run_dir is not None:
+            self.run_dir.unlock()
+
+
+def claim(members: list[Member], run_dirs: list, trackers: list) -> None:
+    """Every member claims its run dir, then those still to train start writing: if one cannot
+    claim (a damaged file, another process on it), the others let go and nothing is written."""
+    try:
+        for m, run_dir, tracker in zip(members, run_dirs, trackers):
+            m.claim(run_dir, tracker)
+    except SuiteError:
+        for m in members:
+            m.release()
+        raise
+    for m in members:
+        if m.result is None:
+            m.open()
+
+
+def optimizer_and_filter(spec: dict, model: nn.Module) -> tuple[torch.optim.Optimizer, GradFilter]:
+    groups = ParamGroups.of(model)
+    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
+    _check_built("optimizer", spec["opt"]["name"], optimizer, torch.optim.Optimizer)
+    for group in optimizer.param_groups:
+        group["base_lr"] = group["lr"]  # warmup scales from here
+    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
+    _check_built("filter", spec["filter"]["name"], grad_filter, GradFilter)
+    return optimizer, grad_filter
+
+
+def _check_built(kind: str, name: str, obj, base: type) -> None:
+    if not isinstance(obj, base):
+        raise SuiteError(f"{kind} '{name}' built a {type(obj).__name__}, not a {base.__module__}.{base.__qualname__} "
+                         "(see suite/contracts.py)")
