@@ -78,6 +78,19 @@ def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | 
     return results
 
 
+def run_pending(specs: list[dict], run_dirs: list[Path], names: list[str], device, compile: bool,
+                tracker_of=lambda i: None) -> list[dict]:
+    """run_cells over the specs whose run dirs have not finished (those that have are said so, by
+    name, on stderr); tracker_of(i) makes spec i's tracker. Returns the new results."""
+    todo = [i for i, run_dir in enumerate(run_dirs) if not RunDir(run_dir).finished]
+    for i in sorted(set(range(len(specs))) - set(todo)):
+        print(f"already finished: {names[i]}", file=sys.stderr)
+    if not todo:
+        return []
+    return run_cells([specs[i] for i in todo], [run_dirs[i] for i in todo], device, [tracker_of(i) for i in todo],
+                     compile)
+
+
 def statuses(cells: list[Cell], root: str | Path) -> list[str]:
     return [RunDir(cell.run_dir(root)).status() for cell in cells]
 
@@ -159,40 +172,36 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
     device = resolve_device(manifest["device"])
     failed = 0
     for group in manifest["chunks"][index]:
-        cells = []
-        for cell in (manifest["cells"][i] for i in group):
-            if RunDir(cell["run_dir"]).finished:
-                print(f"already finished: {cell['run_dir']} [{cell['label']}]", file=sys.stderr)
-            else:
-                cells.append(cell)
-        if not cells:
-            continue
-        if _stop_requested:
-            print(f"stopped by {_stop_requested[0]} before {cells[0]['run_dir']}", file=sys.stderr)
+        cells = [manifest["cells"][i] for i in group]
+        pending = [c for c in cells if not RunDir(c["run_dir"]).finished]
+        if pending and _stop_requested:
+            print(f"stopped by {_stop_requested[0]} before {pending[0]['run_dir']}", file=sys.stderr)
             return 3
-        names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in cells)
-        print(f"running {names}" if len(cells) == 1 else f"running {len(cells)} seeds as one ensemble:\n  {names}",
-              file=sys.stderr, flush=True)
-        trackers = [make_tracker(manifest["wandb"], c["spec"], c["run_dir"], manifest["grid"], c["experiment"])
-                    for c in cells]
+        names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in pending)
+        if pending:
+            print(f"running {names}" if len(pending) == 1 else f"running {len(pending)} seeds as one ensemble:\n  {names}",
+                  file=sys.stderr, flush=True)
         try:
-            run_cells([c["spec"] for c in cells], [Path(c["run_dir"]) for c in cells], device, trackers,
-                      manifest.get("compile", False))
+            run_pending([c["spec"] for c in cells], [Path(c["run_dir"]) for c in cells],
+                        [f"{c['run_dir']} [{c['label']}]" for c in cells], device, manifest.get("compile", False),
+                        lambda i: make_tracker(manifest["wandb"], cells[i]["spec"], cells[i]["run_dir"],
+                                               manifest["grid"], cells[i]["experiment"]))
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # the rest of the chunk runs when the task is requeued
         except RunLocked as err:
             print(f"skipped: {err}", file=sys.stderr)
         except SuiteError as err:  # bad input found only when building (e.g. a model that cannot read the task)
-            for cell in cells:
+            for cell in pending:
                 RunDir(cell["run_dir"]).record_failure(err)
-            failed += len(cells)
+            failed += len(pending)
             print(f"failed: {names}: {err}", file=sys.stderr)
         except Exception:
-            failed += len(cells)
+            failed += len(pending)
             print(f"failed: {names}:\n{traceback.format_exc()}", file=sys.stderr)
         else:
-            print(f"finished {names}", file=sys.stderr, flush=True)
+            if pending:
+                print(f"finished {names}", file=sys.stderr, flush=True)
     return 1 if failed else 0
 
 

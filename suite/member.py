@@ -94,6 +94,7 @@ class Member:
             self.run_dir.unlock()
             return
         self.state = self.run_dir.load_checkpoint(self.data.x_train.device)
+        self.history = [r for r in self.run_dir.read_metrics() if r["step"] < self.start]
         if self.state:
             try:
                 self.model.load_state_dict(self.state["model"])
@@ -101,7 +102,6 @@ class Member:
                 self.generator.set_state(self.state["generator"].cpu())
             except Exception as err:  # noqa: BLE001 - it was read, but it is not this run's: any failure says so
                 raise self.foreign(err) from None
-        self.history = [r for r in self.run_dir.read_metrics() if r["step"] < self.start]
 
     def foreign(self, err: Exception) -> UnreadableFile:
         return UnreadableFile(f"the checkpoint in {self.run_dir.path} does not fit this run ({type(err).__name__}: "

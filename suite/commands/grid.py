@@ -1,0 +1,94 @@
+"""`python -m suite grid FILE`: the missing or failed cells of a grid file, locally or as a Slurm array job."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from suite.commands import flags
+
+
+def add(sub) -> None:
+    p = sub.add_parser("grid", help="run the missing or failed cells of a grid file, locally or as a Slurm array job",
+                       description="Run every cell of a grid file that is not done or running.")
+    p.add_argument("grid_file", help="a TOML grid file, e.g. suite/grids/paper.toml")
+    p.add_argument("--backend", choices=("local", "slurm"), default="local")
+    p.add_argument("--workers", type=int, default=1, help="local: processes at once, one seed group each (default 1)")
+    p.add_argument("--ensemble", type=int, default=8, metavar="K",
+                   help="at most K cells that differ only in their seed train as one ensemble (default 8: on 2 CPU "
+                        "cores K = 8 gave the most runs per hour, see `suite bench`; on a GPU try 32; "
+                        "1: every cell on its own)")
+    flags.root(p)
+    flags.device(p)
+    p.add_argument("--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script")
+    flags.experiment(p)
+    flags.torch_compile(p)
+    flags.wandb(p)
+    sl = p.add_argument_group("slurm (defaults from the grid file's [slurm] table)")
+    sl.add_argument("--partition")
+    sl.add_argument("--time", help="time limit per array task, e.g. 4:00:00")
+    sl.add_argument("--gpus", help="GPUs per array task, e.g. 1 or a100:1")
+    sl.add_argument("--cpus", type=int, help="CPUs per array task (also torch threads)")
+    sl.add_argument("--mem", help="memory per array task, e.g. 8G")
+    sl.add_argument("--account")
+    sl.add_argument("--max-parallel", type=int, help="array tasks running at once")
+    sl.add_argument("--cells-per-task", type=int, help="cells each array task runs in turn (default 1)")
+    sl.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                    help="an extra #SBATCH line, e.g. --sbatch=--constraint=a100 (repeatable)")
+    sl.add_argument("--template", help="sbatch template (default slurm/array.sbatch)")
+
+
+def run(args) -> int:
+    from suite import backends, grid
+
+    g = grid.load(args.grid_file).only(args.experiment)
+    if args.backend == "slurm":
+        return _slurm(args, g)
+    if not args.dry_run:
+        backends.check_local(args.root, args.device)  # before the summary line: an error is the only line
+    summary, todo = _plan(g, args.root)
+    print(summary, file=sys.stderr)
+    if not todo:
+        return 0
+    if args.dry_run:
+        for cell in todo:
+            print(f"{cell.run_dir(args.root)}  [{cell.label}]")
+        return 0
+    return backends.run_local(g, todo, args.root, workers=args.workers, device=args.device, wandb=args.wandb,
+                              ensemble=args.ensemble, compile=args.compile)
+
+
+def _plan(g, root) -> tuple[str, list]:
+    """How many cells are done, running and to run (a line), and the cells to run."""
+    from suite import backends
+
+    status = backends.statuses(g.cells, root)
+    todo = [c for c, s in zip(g.cells, status) if s in backends.TO_RUN]
+    return (f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
+            f"{len(todo)} to run"), todo
+
+
+def _slurm(args, g) -> int:
+    from suite import backends
+    from suite.slurm import TEMPLATE, SlurmOptions, find_sbatch, submit
+
+    # the options (and that sbatch exists) are checked before anything else happens
+    options = SlurmOptions.merge(g.slurm, partition=args.partition, time=args.time, gpus=args.gpus, cpus=args.cpus,
+                                 mem=args.mem, account=args.account, max_parallel=args.max_parallel,
+                                 cells_per_task=args.cells_per_task, sbatch=args.sbatch)
+    sbatch = None if args.dry_run else find_sbatch()
+    summary, todo = _plan(g, args.root)
+    if args.dry_run or not todo:
+        print(summary, file=sys.stderr)
+    if not todo:
+        return 0
+    out = submit(g, todo, args.root, options, sbatch=sbatch, device=args.device, wandb=args.wandb,
+                 ensemble=args.ensemble, compile=args.compile, template=Path(args.template) if args.template else TEMPLATE)
+    if args.dry_run:
+        print(out, end="")
+        return 0
+    n_tasks = len(backends.plan_chunks(todo, options.cells_per_task, args.ensemble))
+    print(f"{summary}; submitted array job {out} ({n_tasks} tasks); follow with: python -m suite status {args.grid_file}",
+          file=sys.stderr)
+    print(out)
+    return 0

@@ -1,0 +1,123 @@
+"""`python -m suite run`: train one cell (or its seeds, as one stack) into its run dirs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from suite.commands import flags
+from suite.errors import SuiteError
+
+
+def add(sub) -> None:
+    p = sub.add_parser("run", help="train one cell and write DIR/spec.json, metrics.jsonl, result.json",
+                       description="Train one cell. The last stdout line is the path of result.json.")
+    p.add_argument("--task", help="task name (default modular)")
+    p.add_argument("--model", help="model name (default mlp)")
+    p.add_argument("--opt", help="optimizer name (default adam)")
+    p.add_argument("--sampler", help="sampler name (default random)")
+    p.add_argument("--filter", help="gradient filter name (default none)")
+    p.add_argument("--preset", help="a named configuration (see `list preset`); flags and --set override it")
+    seed = p.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=0, help="run seed: initialisation, split and batches (default 0)")
+    seed.add_argument("--seeds", metavar="LIST",
+                      help="several seeds, e.g. 0-31 or 0,1,2: trained as one ensemble (torch.func) when that is "
+                           "exact, each into its own run dir")
+    p.add_argument("--steps", type=int, help="update budget (train.steps)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable); a KIND.KEY "
+                        "setting also as --KIND.KEY VALUE or --KIND.KEY=VALUE, e.g. --opt.lr 1e-3 (W&B sweeps)")
+    p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
+    flags.root(p)
+    flags.device(p)
+    flags.torch_compile(p)
+    flags.wandb(p)
+
+
+def run(args) -> int:
+    from suite.backends import run_pending
+    from suite.results import summary
+    from suite.rundir import RunDir, read_json
+    from suite.spec import canonical, default_run_dir
+    from suite.tracking import make_tracker
+    from suite.train import Preempted, resolve_device
+
+    specs = resolve_specs(args)
+    device = resolve_device(args.device)
+    run_dirs = [Path(args.out)] if args.out else [default_run_dir(spec, args.root) for spec in specs]
+    for spec, run_dir in zip(specs, run_dirs):
+        if (run_dir / "spec.json").exists() and read_json(run_dir / "spec.json") != canonical(spec):
+            raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
+    try:
+        results = run_pending(specs, run_dirs, [str(d) for d in run_dirs], device, args.compile,
+                              lambda i: make_tracker(args.wandb, specs[i], run_dirs[i]))
+    except Preempted as stop:
+        print(f"stopped: {stop}", file=sys.stderr)
+        return 3  # not an error: the checkpoint is in place for the requeued job
+    for result in results:
+        line = summary(result, "" if len(specs) == 1 else f"seed {result['spec']['seed']}: ")
+        if line:
+            print(line, file=sys.stderr)
+    for run_dir in run_dirs:
+        print(RunDir(run_dir) / "result.json")
+    return 0
+
+
+def resolve_specs(args) -> list[dict]:
+    """The specs the flags describe: one per seed."""
+    from suite.spec import resolve
+
+    settings = parse_sets(args.set)
+    if args.steps is not None:
+        settings["train.steps"] = args.steps
+    choices = {"task": args.task, "model": args.model, "opt": args.opt, "sampler": args.sampler, "filter": args.filter}
+    if args.preset:
+        from suite.presets import apply
+
+        choices, settings = apply(args.preset, choices, settings)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
+    if args.out and len(seeds) > 1:
+        raise SuiteError("--out names one run dir; with several --seeds each seed gets its own under --root")
+    return [resolve(choices, settings, seed) for seed in seeds]
+
+
+def parse_sets(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SuiteError(f"--set takes KEY=VALUE, got '{pair}'")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0-31', '0,1,2' or '0-3,8' -> the seeds, in order, each once."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            first, sep, last = part.strip().partition("-")
+            span = range(int(first), int(last) + 1) if sep else [int(first)]
+            if not span:
+                raise ValueError
+            seeds += [s for s in span if s not in seeds]
+    except ValueError:
+        raise SuiteError(f"--seeds takes a list like 0-31 or 0,1,2 (non-negative, first <= last), got '{text}'") from None
+    return seeds
+
+
+DOTTED = re.compile(r"--([A-Za-z_]\w*\.\w+)(?:=(.*))?", re.S)
+
+
+def dotted_settings(extra: list[str]) -> list[str] | None:
+    """What the run parser left over, `--kind.key VALUE` or `--kind.key=VALUE` (the form a W&B
+    sweep's ${args} passes), as --set KEY=VALUE pairs; None if anything else is left over."""
+    pairs, rest = [], iter(extra)
+    for arg in rest:
+        match = DOTTED.fullmatch(arg)
+        value = None if match is None else match[2] if match[2] is not None else next(rest, None)
+        if value is None or (match[2] is None and value.startswith("--")):
+            return None
+        pairs.append(f"{match[1]}={value}")
+    return pairs
