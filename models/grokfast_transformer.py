@@ -52,8 +52,9 @@ class GrokfastTransformer(nn.Module):
         self.layers = nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, data.vocab_size, bias=False)
-        self.register_buffer("causal_mask", torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1),
-                             persistent=False)
+        self.register_buffer(
+            "causal_mask", torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1), persistent=False
+        )
 
     @property
     def embedding_weight(self):

@@ -37,22 +37,36 @@ from suite.data import TaskData
 class MLP(nn.Module):
     """Two-layer MLP over token embeddings, one-hot tokens, the tokens' values as numbers, or flattened images."""
 
-    def __init__(self, data: TaskData, *, inputs: Literal["embed", "onehot", "scalar", "scalar_raw"] = "embed", d: int = 128,
-                 hidden: int = 512, embed_init: float = 1.0):
+    def __init__(
+        self,
+        data: TaskData,
+        *,
+        inputs: Literal["embed", "onehot", "scalar", "scalar_raw"] = "embed",
+        d: int = 128,
+        hidden: int = 512,
+        embed_init: float = 1.0,
+    ):
         super().__init__()
         if d < 1 or hidden < 1:
             raise SuiteError(f"d and hidden must be positive, got d={d}, hidden={hidden}")
         self.image = data.kind == "image"
         self.inputs = "pixels" if self.image else inputs
         if not embed_init > 0 or (embed_init != 1.0 and self.inputs != "embed"):
-            raise SuiteError(f"embed_init scales the initial token embeddings: positive, and only with inputs=embed; "
-                             f"got {embed_init} with {self.inputs} inputs")
+            raise SuiteError(
+                f"embed_init scales the initial token embeddings: positive, and only with inputs=embed; "
+                f"got {embed_init} with {self.inputs} inputs"
+            )
         self.vocab, seq_len = data.vocab_size, data.x_train.shape[1]
         self.embed = nn.Embedding(self.vocab, d) if self.inputs == "embed" else None
         if self.embed is not None:  # N(0, embed_init^2): the same draw, scaled, so 1.0 is torch's default exactly
             self.embed.weight.data.mul_(embed_init)
-        width = {"pixels": data.x_train[0].numel(), "embed": seq_len * d, "onehot": seq_len * (self.vocab or 0),
-                 "scalar": seq_len, "scalar_raw": seq_len}[self.inputs]
+        width = {
+            "pixels": data.x_train[0].numel(),
+            "embed": seq_len * d,
+            "onehot": seq_len * (self.vocab or 0),
+            "scalar": seq_len,
+            "scalar_raw": seq_len,
+        }[self.inputs]
         self.hidden = nn.Linear(width, hidden)
         self.out = nn.Linear(hidden, data.n_classes)
 
@@ -82,12 +96,15 @@ class MLP(nn.Module):
         """K members at once (suite/ensemble.py): params stacked on a leading member axis, x [K, batch,
         ...]. Each member's logits and gradients are what the model alone computes, bit for bit on one
         thread (tests/test_ensemble.py; to float32 rounding on several, where MKL may split a sum
-        differently for a batch of products than for one): baddbmm adds the bias inside the product as nn.Linear's addmm does
-        (a product then a sum rounds differently, and cost ~0.5 ms of a 9 ms step on CPU)."""
+        differently for a batch of products than for one): baddbmm adds the bias inside the product as
+        nn.Linear's addmm does (a product then a sum rounds differently, and cost ~0.5 ms of a 9 ms step
+        on CPU)."""
         if self.inputs == "embed":  # one lookup in the K tables laid end to end (faster than advanced indexing)
             E = params["embed.weight"]
             k, vocab = E.shape[:2]
-            h = F.embedding(x + vocab * torch.arange(k, device=x.device).view(-1, *[1] * (x.dim() - 1)), E.flatten(0, 1))
+            h = F.embedding(
+                x + vocab * torch.arange(k, device=x.device).view(-1, *[1] * (x.dim() - 1)), E.flatten(0, 1)
+            )
         else:
             h = self.numbers(x)
         h = F.relu(torch.baddbmm(params["hidden.bias"][:, None], h.flatten(2), params["hidden.weight"].transpose(1, 2)))

@@ -46,7 +46,7 @@ class Pretrained:
     def n_layers(self) -> int:
         return int(self.model.config.num_hidden_layers)
 
-    def to(self, device) -> "Pretrained":
+    def to(self, device) -> Pretrained:
         if not self.placed:
             self.model.to(device)
         return self
@@ -66,8 +66,17 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
-def load(name: str, source: str, *, local: bool, gguf_file: str | None = None, revision: str | None = None,
-         dtype: str = "float32", device_map: str | None = None, trust_remote_code: bool = False) -> Pretrained:
+def load(
+    name: str,
+    source: str,
+    *,
+    local: bool,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    dtype: str = "float32",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+) -> Pretrained:
     """Tokenizer and base model from `source`; local=True never touches the network."""
     import torch
     import transformers
@@ -80,13 +89,21 @@ def load(name: str, source: str, *, local: bool, gguf_file: str | None = None, r
         if copy:
             source, gguf_file = copy, None
         # trust_remote_code=False, not transformers' None: None asks on a terminal before refusing.
-        kwargs = ({"local_files_only": local, "trust_remote_code": trust_remote_code}
-                  | ({"gguf_file": gguf_file} if gguf_file else {}) | ({"revision": revision} if revision else {}))
+        kwargs = (
+            {"local_files_only": local, "trust_remote_code": trust_remote_code}
+            | ({"gguf_file": gguf_file} if gguf_file else {})
+            | ({"revision": revision} if revision else {})
+        )
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, **kwargs)
-        model = transformers.AutoModel.from_pretrained(source, dtype=getattr(torch, dtype), **kwargs,
-                                                       **({"device_map": device_map} if device_map else {}))
+        model = transformers.AutoModel.from_pretrained(
+            source, dtype=getattr(torch, dtype), **kwargs, **({"device_map": device_map} if device_map else {})
+        )
     except Exception as err:  # a directory that is not a model fails in many ways: report it in one line
-        hint = "" if local else " (no such directory here; as a hub id: not cached, and the hub is unreachable or has no such model)"
+        hint = (
+            ""
+            if local
+            else " (no such directory here; as a hub id: not cached, and the hub is unreachable or has no such model)"
+        )
         if "trust_remote_code" in str(err):  # transformers says so on a later line than the one kept
             hint = " (it runs its own Python code: --set trust_remote_code=true if you trust it)"
         raise SuiteError(f"cannot load a transformers model from {where}{hint}: {_first_line(err)}") from None
@@ -113,7 +130,9 @@ def _check_hidden_states(pretrained: Pretrained) -> None:
             out = pretrained.model(**pretrained.tokenizer(["1=1,2="], return_tensors="pt"), output_hidden_states=True)
         states = getattr(out, "hidden_states", None)
     except Exception as err:
-        raise SuiteError(f"model {pretrained.source} gives no hidden states for plain text: {_first_line(err)}") from None
+        raise SuiteError(
+            f"model {pretrained.source} gives no hidden states for plain text: {_first_line(err)}"
+        ) from None
     if not states or len(states) < 2:
         raise SuiteError(f"model {pretrained.source} returns no per-layer hidden states")
 
@@ -134,9 +153,18 @@ def minilm(data, *, dtype: Dtype = "float32", device_map: Optional[str] = None) 
 
 
 @register_model("hf", inputs=("text",))
-def hf(data, *, path: str = "", gguf_file: str = "", revision: Optional[str] = None, dtype: Dtype = "float32",
-       device_map: Optional[str] = None, trust_remote_code: bool = False) -> Pretrained:
-    """Any transformers model: path=a local model directory or .gguf file, or a hub id (the only case that downloads)."""
+def hf(
+    data,
+    *,
+    path: str = "",
+    gguf_file: str = "",
+    revision: Optional[str] = None,
+    dtype: Dtype = "float32",
+    device_map: Optional[str] = None,
+    trust_remote_code: bool = False,
+) -> Pretrained:
+    """Any transformers model: path=a local model directory or .gguf file, or a hub id (the only case that
+    downloads)."""
     if not path:
         raise SuiteError("model 'hf' needs --set path=DIR (a local model directory) or a hub id such as gpt2")
     options = {"dtype": dtype, "device_map": device_map, "trust_remote_code": trust_remote_code}

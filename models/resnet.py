@@ -50,16 +50,24 @@ def load_local_weights(model: nn.Module, path: str) -> None:
         raise SuiteError(f"no tensor in {path} fits resnet18 (wrong file?)")
     model.load_state_dict(fitting, strict=False)
     fresh = sorted(k for k in own if k not in fitting and not k.endswith("num_batches_tracked"))
-    print(f"resnet18: loaded {len(fitting)} tensors from {path}" + (f"; fresh: {', '.join(fresh)}" if fresh else ""),
-          file=sys.stderr)
+    print(
+        f"resnet18: loaded {len(fitting)} tensors from {path}" + (f"; fresh: {', '.join(fresh)}" if fresh else ""),
+        file=sys.stderr,
+    )
 
 
 @register_model("resnet18", inputs=("image",))
 class ResNet18(nn.Module):
     """torchvision ResNet-18, classes from the task; small images get a 3x3 stride-1 stem, no max-pool."""
 
-    def __init__(self, data: TaskData, *, stem: Literal["auto", "small", "imagenet"] = "auto",
-                 weights: Optional[str] = None, n_outputs: Optional[int] = None):
+    def __init__(
+        self,
+        data: TaskData,
+        *,
+        stem: Literal["auto", "small", "imagenet"] = "auto",
+        weights: Optional[str] = None,
+        n_outputs: Optional[int] = None,
+    ):
         super().__init__()
         channels, height, width = data.x_train.shape[1:]
         if channels not in (1, 3):

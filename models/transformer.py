@@ -72,8 +72,16 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """Nanda-style decoder: causal attention + ReLU MLP, no LayerNorm, readout at the last position."""
 
-    def __init__(self, data: TaskData, *, n_layers: int = 1, d_model: int = 128, n_heads: int = 4,
-                 d_mlp: int = 512, layer_norm: bool = False):
+    def __init__(
+        self,
+        data: TaskData,
+        *,
+        n_layers: int = 1,
+        d_model: int = 128,
+        n_heads: int = 4,
+        d_mlp: int = 512,
+        layer_norm: bool = False,
+    ):
         super().__init__()
         if n_layers < 1 or d_model < 1 or n_heads < 1 or d_mlp < 1:
             raise SuiteError("n_layers, d_model, n_heads and d_mlp must be positive")

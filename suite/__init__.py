@@ -6,12 +6,14 @@ import os as _os
 # suite.tasks and suite.models, so that a user's own tasks/ or models/ folder cannot shadow them.
 # A built wheel puts them inside suite/; a source checkout finds them beside it.
 _checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if not _os.path.isdir(_os.path.join(__path__[0], "tasks")) and _os.path.isfile(_os.path.join(_checkout, "tasks", "__init__.py")):
+if not _os.path.isdir(_os.path.join(__path__[0], "tasks")) and _os.path.isfile(
+    _os.path.join(_checkout, "tasks", "__init__.py")
+):
     __path__.append(_checkout)
 
-from suite.contracts import GradFilter, Sampler
-from suite.registry import (
-    SuiteError,
+from suite.contracts import GradFilter, Sampler  # noqa: E402 (after __path__ is complete)
+from suite.errors import SuiteError  # noqa: E402
+from suite.registry import (  # noqa: E402
     register_filter,
     register_model,
     register_optimizer,

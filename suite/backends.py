@@ -21,8 +21,8 @@ import time
 import traceback
 from pathlib import Path
 
+from suite.errors import SuiteError
 from suite.grid import Cell, Grid
-from suite.registry import SuiteError
 from suite.results import headline
 from suite.rundir import RunDir, RunLocked, check_writable, read_json, writable_dir, write_json
 from suite.spec import shared
@@ -33,8 +33,9 @@ TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | None = None,
-              compile: bool = False) -> list[dict]:
+def run_cells(
+    specs: list[dict], run_dirs: list[Path], device, trackers: list | None = None, compile: bool = False
+) -> list[dict]:
     """train() plus what every entry point needs: a crash leaves error.json (status 'failed')
     in each unfinished run dir, a finished run clears it, and the W&B runs are closed whatever
     happens. A task that trains nothing (the number probes) runs its registered runner,
@@ -78,8 +79,9 @@ def run_cells(specs: list[dict], run_dirs: list[Path], device, trackers: list | 
     return results
 
 
-def run_pending(specs: list[dict], run_dirs: list[Path], names: list[str], device, compile: bool,
-                tracker_of=lambda i: None) -> list[dict]:
+def run_pending(
+    specs: list[dict], run_dirs: list[Path], names: list[str], device, compile: bool, tracker_of=lambda i: None
+) -> list[dict]:
     """run_cells over the specs whose run dirs have not finished (those that have are said so, by
     name, on stderr); tracker_of(i) makes spec i's tracker. Returns the new results."""
     todo = [i for i, run_dir in enumerate(run_dirs) if not RunDir(run_dir).finished]
@@ -87,8 +89,9 @@ def run_pending(specs: list[dict], run_dirs: list[Path], names: list[str], devic
         print(f"already finished: {names[i]}", file=sys.stderr)
     if not todo:
         return []
-    return run_cells([specs[i] for i in todo], [run_dirs[i] for i in todo], device, [tracker_of(i) for i in todo],
-                     compile)
+    return run_cells(
+        [specs[i] for i in todo], [run_dirs[i] for i in todo], device, [tracker_of(i) for i in todo], compile
+    )
 
 
 def statuses(cells: list[Cell], root: str | Path) -> list[str]:
@@ -129,16 +132,36 @@ def plan_chunks(cells: list[Cell], cells_per_task: int, ensemble: int) -> list[l
     return chunks
 
 
-def write_manifest(workdir: Path, grid: Grid, cells: list[Cell], root: str | Path, *, device: str,
-                   wandb: str, cells_per_task: int, ensemble: int, compile: bool) -> Path:
+def write_manifest(
+    workdir: Path,
+    grid: Grid,
+    cells: list[Cell],
+    root: str | Path,
+    *,
+    device: str,
+    wandb: str,
+    cells_per_task: int,
+    ensemble: int,
+    compile: bool,
+) -> Path:
     root = Path(root).resolve()
     chunks = plan_chunks(cells, cells_per_task, ensemble)
     manifest = {
-        "grid": grid.name, "source": str(grid.path.resolve()), "root": str(root),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": device, "wandb": wandb, "compile": compile,
-        "cells_per_task": cells_per_task, "ensemble": ensemble, "n_tasks": len(chunks), "chunks": chunks,
-        "cells": [{"id": c.id, "experiment": c.experiment, "label": c.label,
-                   "run_dir": str(c.run_dir(root)), "spec": c.spec} for c in cells],
+        "grid": grid.name,
+        "source": str(grid.path.resolve()),
+        "root": str(root),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "device": device,
+        "wandb": wandb,
+        "compile": compile,
+        "cells_per_task": cells_per_task,
+        "ensemble": ensemble,
+        "n_tasks": len(chunks),
+        "chunks": chunks,
+        "cells": [
+            {"id": c.id, "experiment": c.experiment, "label": c.label, "run_dir": str(c.run_dir(root)), "spec": c.spec}
+            for c in cells
+        ],
     }
     write_json(workdir / "manifest.json", manifest)
     return workdir / "manifest.json"
@@ -150,6 +173,7 @@ _stop_requested: list[str] = []
 def catch_stop_signals() -> None:
     """Remember a USR1/TERM that arrives before the training loop takes over the signals (torch
     is still importing, or between cells) instead of dying of it: the chunk then stops, exit 3."""
+
     def remember(signum, frame):
         _stop_requested.append(signal.Signals(signum).name)
 
@@ -179,13 +203,24 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
             return 3
         names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in pending)
         if pending:
-            print(f"running {names}" if len(pending) == 1 else f"running {len(pending)} seeds as one ensemble:\n  {names}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"running {names}"
+                if len(pending) == 1
+                else f"running {len(pending)} seeds as one ensemble:\n  {names}",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
-            run_pending([c["spec"] for c in cells], [Path(c["run_dir"]) for c in cells],
-                        [f"{c['run_dir']} [{c['label']}]" for c in cells], device, manifest.get("compile", False),
-                        lambda i: make_tracker(manifest["wandb"], cells[i]["spec"], cells[i]["run_dir"],
-                                               manifest["grid"], cells[i]["experiment"]))
+            run_pending(
+                [c["spec"] for c in cells],
+                [Path(c["run_dir"]) for c in cells],
+                [f"{c['run_dir']} [{c['label']}]" for c in cells],
+                device,
+                manifest.get("compile", False),
+                lambda i, cells=cells: make_tracker(
+                    manifest["wandb"], cells[i]["spec"], cells[i]["run_dir"], manifest["grid"], cells[i]["experiment"]
+                ),
+            )
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)
             return 3  # the rest of the chunk runs when the task is requeued
@@ -218,8 +253,17 @@ def check_local(root: str | Path, device: str) -> None:
         resolve_device(device)
 
 
-def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, device: str, wandb: str,
-              ensemble: int, compile: bool) -> int:
+def run_local(
+    grid: Grid,
+    cells: list[Cell],
+    root: str | Path,
+    *,
+    workers: int,
+    device: str,
+    wandb: str,
+    ensemble: int,
+    compile: bool,
+) -> int:
     """Run the chunks (seed groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
     every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
     failed, 3 if stopped."""
@@ -227,47 +271,70 @@ def run_local(grid: Grid, cells: list[Cell], root: str | Path, *, workers: int, 
         raise SuiteError(f"--workers must be at least 1, got {workers}")
     check_local(root, device)
     workdir = new_submission_dir(root, grid.name)
-    manifest = write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1,
-                              ensemble=ensemble, compile=compile)
-    chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
-    env = os.environ | WORKER_ENV
-    pending, running, counts = list(range(len(chunks))), {}, {"done": 0, "failed": 0, "stopped": 0, "skipped": 0}
-    stop = []
-
-    def on_signal(signum, frame):
-        stop.append(signum)
-        for proc in running:
-            proc.send_signal(signal.SIGTERM)
-
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(f"{len(cells)} cells in {len(chunks)} processes (cells differing only in seed train as one ensemble), "
-          f"{workers} at a time; logs in {workdir / 'logs'}", file=sys.stderr)
+    manifest = write_manifest(
+        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile
+    )
+    pool = _Workers(manifest, cells, root, workers)
+    old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(
+        f"{len(cells)} cells in {len(pool.chunks)} processes (cells differing only in seed train as one ensemble), "
+        f"{workers} at a time; logs in {workdir / 'logs'}",
+        file=sys.stderr,
+    )
     try:
-        while pending or running:
-            while pending and len(running) < workers and not stop:
-                k = pending.pop(0)
-                log = open(workdir / "logs" / f"{k:04d}-{cells[chunks[k][0]].id}.log", "w")
-                proc = subprocess.Popen([sys.executable, "-m", "suite", "chunk", str(manifest), str(k)],
-                                        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-                running[proc] = (k, log)
-            if stop and not running:
-                break
+        while (pool.pending or pool.running) and not (pool.stopped and not pool.running):
+            pool.start()
             time.sleep(0.1)
-            for proc in [p for p in running if p.poll() is not None]:
-                k, log = running.pop(proc)
-                log.close()
-                for i in chunks[k]:
-                    outcome = _outcome(proc.returncode, RunDir(cells[i].run_dir(root)))
-                    counts[outcome] += 1
-                    print(_outcome_line(sum(counts.values()), len(cells), outcome, cells[i], root, log.name),
-                          file=sys.stderr, flush=True)
+            pool.reap()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    left = sum(len(chunks[k]) for k in pending)
-    print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "done")
-          + (f", {left} not started" if left else ""), file=sys.stderr)
-    return 3 if stop else (1 if counts["failed"] else 0)
+    left = sum(len(pool.chunks[k]) for k in pool.pending)
+    counts = ", ".join(f"{v} {k}" for k, v in pool.counts.items() if v or k == "done")
+    print(counts + (f", {left} not started" if left else ""), file=sys.stderr)
+    return 3 if pool.stopped else (1 if pool.counts["failed"] else 0)
+
+
+class _Workers:
+    """The chunk processes of a local grid submission, at most `workers` at once, and what became of their cells."""
+
+    def __init__(self, manifest: Path, cells: list[Cell], root, workers: int):
+        self.manifest, self.cells, self.root, self.workers = manifest, cells, root, workers
+        self.chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
+        self.pending, self.running = list(range(len(self.chunks))), {}
+        self.counts = {"done": 0, "failed": 0, "stopped": 0, "skipped": 0}
+        self.stopped = []
+
+    def stop(self, signum, frame) -> None:
+        """SIGINT/SIGTERM: every running chunk checkpoints and stops; none starts."""
+        self.stopped.append(signum)
+        for proc in self.running:
+            proc.send_signal(signal.SIGTERM)
+
+    def start(self) -> None:
+        while self.pending and len(self.running) < self.workers and not self.stopped:
+            k = self.pending.pop(0)
+            log = open(self.manifest.parent / "logs" / f"{k:04d}-{self.cells[self.chunks[k][0]].id}.log", "w")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "suite", "chunk", str(self.manifest), str(k)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=os.environ | WORKER_ENV,
+                start_new_session=True,
+            )
+            self.running[proc] = (k, log)
+
+    def reap(self) -> None:
+        """The chunks that ended: one line per cell, with its outcome."""
+        for proc in [p for p in self.running if p.poll() is not None]:
+            k, log = self.running.pop(proc)
+            log.close()
+            for i in self.chunks[k]:
+                cell = self.cells[i]
+                outcome = _outcome(proc.returncode, RunDir(cell.run_dir(self.root)))
+                self.counts[outcome] += 1
+                line = _outcome_line(sum(self.counts.values()), len(self.cells), outcome, cell, self.root, log.name)
+                print(line, file=sys.stderr, flush=True)
 
 
 def _outcome(returncode: int, rd: RunDir) -> str:

@@ -34,8 +34,9 @@ def dequantized_gguf(folder: str, gguf_file: str) -> str | None:
 
     source = Path(folder) / gguf_file
     stat = source.stat()
-    key = hashlib.sha256(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}"
-                         .encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}".encode()
+    ).hexdigest()[:16]
     target = cache_dir() / "gguf" / f"{source.stem}-{key}"
     if (target / "config.json").exists():  # renamed into place last: present means complete
         return str(target)
@@ -46,8 +47,10 @@ def dequantized_gguf(folder: str, gguf_file: str) -> str | None:
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the cache is meant to be shared
     except OSError as err:  # a read-only home is no reason to fail the run
-        print(f"warning: cannot cache the de-quantized model in {target.parent} ({err.strerror}); "
-              "reading the GGUF file", file=sys.stderr)
+        print(
+            f"warning: cannot cache the de-quantized model in {target.parent} ({err.strerror}); reading the GGUF file",
+            file=sys.stderr,
+        )
         return None
     print(f"de-quantizing {source} once into {target}", file=sys.stderr, flush=True)
     try:
@@ -56,15 +59,19 @@ def dequantized_gguf(folder: str, gguf_file: str) -> str | None:
         model = transformers.AutoModel.from_pretrained(folder, dtype=torch.float32, **kwargs)
         # transformers will not save a model it de-quantized (save_pretrained refuses): its tensors
         # and its config without the GGUF quantizer are what a plain float32 model is made of.
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors",
-                  metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in model.state_dict().items()},
+            tmp / "model.safetensors",
+            metadata={"format": "pt"},
+        )
         del model.config.quantization_config
         model.config.save_pretrained(tmp)  # config.json last: its presence marks a complete copy
         os.replace(tmp, target)
     except OSError as err:  # another process's copy came first (then use it), or the disk is full
         if not (target / "config.json").exists():
-            print(f"warning: cannot cache the de-quantized model ({err.strerror}); reading the GGUF file",
-                  file=sys.stderr)
+            print(
+                f"warning: cannot cache the de-quantized model ({err.strerror}); reading the GGUF file", file=sys.stderr
+            )
             return None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from suite.registry import SuiteError
+from suite.errors import SuiteError
 
 LOSS_NAMES = ("ce", "stablemax")  # suite.measures.LOSSES holds their functions
 
@@ -33,8 +33,10 @@ class TrainConfig:
         if self.eval_every <= 0 or self.checkpoint_every <= 0 or self.eval_batch <= 0:
             raise SuiteError("eval_every, checkpoint_every and eval_batch must be positive")
         if self.eval_every > self.steps:
-            raise SuiteError(f"eval_every ({self.eval_every}) is past the budget (steps {self.steps}): "
-                             "the run would only be evaluated at its start and end")
+            raise SuiteError(
+                f"eval_every ({self.eval_every}) is past the budget (steps {self.steps}): "
+                "the run would only be evaluated at its start and end"
+            )
         for name in ("memorization", "target"):
             if not 0 < getattr(self, name) <= 1:
                 raise SuiteError(f"{name} is an accuracy in (0, 1], got {getattr(self, name)}")
@@ -45,7 +47,9 @@ class TrainConfig:
         if self.warmup_steps < 0 or self.hold < 0 or (self.patience is not None and self.patience < 0):
             raise SuiteError("warmup_steps, hold and patience must be >= 0")
         if self.patience is not None and self.patience < self.hold:
-            raise SuiteError(f"patience ({self.patience}) is shorter than hold ({self.hold}): a run may not stop "
-                             "before its hold window ends")
+            raise SuiteError(
+                f"patience ({self.patience}) is shorter than hold ({self.hold}): a run may not stop "
+                "before its hold window ends"
+            )
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise SuiteError(f"grad_clip must be positive (or None), got {self.grad_clip}")

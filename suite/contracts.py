@@ -51,8 +51,9 @@ from __future__ import annotations
 import inspect
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from suite.errors import SuiteError
 
@@ -127,6 +128,7 @@ def where(fn: Callable) -> str:
 
 def check(contract: Contract, name: str, fn: Callable, info: dict[str, Any]) -> None:
     """Raise ContractError (one line, naming the file) if fn does not fit its kind's contract."""
+
     def fail(what: str):
         raise ContractError(f"{where(fn)}: {contract.kind} '{name}' {what}")
 
@@ -138,25 +140,37 @@ def check(contract: Contract, name: str, fn: Callable, info: dict[str, Any]) -> 
     except (TypeError, ValueError, NameError) as err:
         fail(f"has a signature the suite cannot read ({err})")
     params = list(signature.parameters.values())
-    required = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [
+        p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     if len(required) != len(contract.fixed):
-        fail(f"must take ({', '.join(contract.fixed)}) first, then settings with defaults; it takes ({', '.join(required)})")
+        fail(
+            f"must take ({', '.join(contract.fixed)}) first, then settings with defaults; "
+            f"it takes ({', '.join(required)})"
+        )
     for p in params:
         if p.kind is p.KEYWORD_ONLY and p.default is p.empty:
             fail(f"setting '{p.name}' needs a default")
         if p.default is p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.name in contract.fixed or p.name in RESERVED:
-            fail(f"cannot have a setting called '{p.name}': the engine passes it" if p.name in contract.fixed
-                 else f"cannot have a setting called '{p.name}': specs use it for the component's name")
+            fail(
+                f"cannot have a setting called '{p.name}': the engine passes it"
+                if p.name in contract.fixed
+                else f"cannot have a setting called '{p.name}': specs use it for the component's name"
+            )
         tp = hints.get(p.name, type(p.default))
         if not _usable(tp):
-            fail(f"setting '{p.name}' needs a type annotation the CLI can parse (int, float, bool, str, "
-                 f"Literal, Optional, tuple); got {tp!r}")
+            fail(
+                f"setting '{p.name}' needs a type annotation the CLI can parse (int, float, bool, str, "
+                f"Literal, Optional, tuple); got {tp!r}"
+            )
     unknown = set(info) - contract.info
     if unknown:
-        fail(f"got unknown keyword(s) {', '.join(sorted(unknown))}; {contract.kind} knows "
-             f"{', '.join(sorted(contract.info)) or 'none'}")
+        fail(
+            f"got unknown keyword(s) {', '.join(sorted(unknown))}; {contract.kind} knows "
+            f"{', '.join(sorted(contract.info)) or 'none'}"
+        )
     missing = [k for k in contract.required_info if k not in info]
     if missing:
         fail(f"must say {', '.join(missing)}= when it registers")

@@ -22,10 +22,18 @@ class TaskData:
     val_groups: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> bool mask over val
     info: dict = field(default_factory=dict)  # facts for result.json (sizes, ...)
 
-    def to(self, device) -> "TaskData":
+    def to(self, device) -> TaskData:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return TaskData(
-            move(self.x_train), move(self.y_train), move(self.x_val), move(self.y_val), self.kind,
-            self.n_classes, self.vocab_size, move(self.token_freq), move(self.number_tokens),
-            {k: move(v) for k, v in self.val_groups.items()}, self.info,
+            move(self.x_train),
+            move(self.y_train),
+            move(self.x_val),
+            move(self.y_val),
+            self.kind,
+            self.n_classes,
+            self.vocab_size,
+            move(self.token_freq),
+            move(self.number_tokens),
+            {k: move(v) for k, v in self.val_groups.items()},
+            self.info,
         )

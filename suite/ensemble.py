@@ -270,5 +270,10 @@ def _stack_like(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def shapes(model: nn.Module, data) -> tuple:
     """What must be equal across a stack's members besides their specs: every tensor's shape."""
-    return (tuple(data.x_train.shape), tuple(data.x_val.shape), tuple(data.val_groups),
-            tuple(tuple(p.shape) for p in model.parameters()), tuple(tuple(b.shape) for b in model.buffers()))
+    return (
+        tuple(data.x_train.shape),
+        tuple(data.x_val.shape),
+        tuple(data.val_groups),
+        tuple(tuple(p.shape) for p in model.parameters()),
+        tuple(tuple(b.shape) for b in model.buffers()),
+    )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from suite.registry import SuiteError
+from suite.errors import SuiteError
 from suite.results import runner_of
 from suite.rundir import RunDir, read_json, write_atomic
 
@@ -44,7 +44,7 @@ def flatten(spec: dict) -> dict:
     """{"opt": {"name": "adam", "lr": 0.01}, "seed": 0} -> {"opt.name": "adam", "opt.lr": 0.01, "seed": 0}."""
     flat = {}
     for kind, block in spec.items():
-        for key, value in (block.items() if isinstance(block, dict) else [(None, block)]):
+        for key, value in block.items() if isinstance(block, dict) else [(None, block)]:
             scalar = value is None or isinstance(value, SCALARS)
             flat[kind if key is None else f"{kind}.{key}"] = value if scalar else json.dumps(value)
     return flat
@@ -95,9 +95,12 @@ def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         ids.append({"run": run, "runner": runner_of(result)})
         specs.append(flatten(result["spec"]))
         scalars.append({k: v for k, v in result.items() if k != "runner" and (v is None or isinstance(v, SCALARS))})
-        curves += [(run, record["step"], metric, float(value)) for record in records
-                   for metric, value in record.items()
-                   if metric != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)]
+        curves += [
+            (run, record["step"], metric, float(value))
+            for record in records
+            for metric, value in record.items()
+            if metric != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+        ]
     if not ids:
         raise SuiteError(f"no readable result.json under {root}")
     runs = pd.concat([_table(ids), _table(specs, _spec_order), _table(scalars)], axis=1)

@@ -35,14 +35,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite.registry import SuiteError, _closest
+from suite.errors import SuiteError
+from suite.registry import _closest
 from suite.spec import DEFAULTS, default_run_dir, resolve, spec_id
 
 KINDS = tuple(DEFAULTS)  # task, model, opt, sampler, filter
 TOP_KEYS = ("name", "description", "fixed", "axes", "overrides", "experiment", "slurm")
 BLOCK_KEYS = ("name", "description", "fixed", "axes", "overrides")
-SLURM_KEYS = ("partition", "time", "gpus", "cpus", "mem", "account", "max_parallel", "cells_per_task",
-              "signal_seconds", "sbatch", "setup")
+SLURM_KEYS = (
+    "partition",
+    "time",
+    "gpus",
+    "cpus",
+    "mem",
+    "account",
+    "max_parallel",
+    "cells_per_task",
+    "signal_seconds",
+    "sbatch",
+    "setup",
+)
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,9 @@ class Grid:
         known = list(dict.fromkeys(c.experiment for c in self.cells))
         for name in experiments:
             if name not in known:
-                raise SuiteError(f"{self.path} has no experiment '{name}'{_closest(name, known)}; "
-                                 f"known: {', '.join(known)}")
+                raise SuiteError(
+                    f"{self.path} has no experiment '{name}'{_closest(name, known)}; known: {', '.join(known)}"
+                )
         if not experiments:
             return self
         return Grid(self.name, self.path, [c for c in self.cells if c.experiment in experiments], self.slurm)
@@ -107,9 +120,11 @@ def load(path: str | Path) -> Grid:
     experiments = raw.get("experiment", [{}])
     if not isinstance(experiments, list) or not all(isinstance(e, dict) for e in experiments):
         raise SuiteError(f"{where}: experiment must be an array of tables ([[experiment]])")
-    top = {"fixed": _settings(_table(raw, "fixed", where), f"{where} [fixed]"),
-           "axes": _axes(_table(raw, "axes", where), f"{where} [axes]"),
-           "overrides": _overrides(_table(raw, "overrides", where), f"{where} [overrides]")}
+    top = {
+        "fixed": _settings(_table(raw, "fixed", where), f"{where} [fixed]"),
+        "axes": _axes(_table(raw, "axes", where), f"{where} [axes]"),
+        "overrides": _overrides(_table(raw, "overrides", where), f"{where} [overrides]"),
+    }
     _check_disjoint(top["fixed"], top["axes"], where)
     cells, seen, used = [], set(), set()
     for i, block in enumerate(experiments):
@@ -167,7 +182,9 @@ def _check_used(overrides: list, used: set, fixed: dict, axes: dict, where: str)
         if key not in fixed and key not in axes:
             raise SuiteError(f"{where}: override '{key}={value}': '{key}' is neither fixed nor an axis")
         values = axes.get(key, [fixed.get(key)])
-        raise SuiteError(f"{where}: override '{key}={value}' matches no cell ({key} takes {', '.join(map(str, values))})")
+        raise SuiteError(
+            f"{where}: override '{key}={value}' matches no cell ({key} takes {', '.join(map(str, values))})"
+        )
 
 
 def _cell(assignment: dict, cell_axes: dict, experiment: str, where: str) -> Cell:
@@ -232,11 +249,11 @@ def _overrides(table: dict, where: str) -> list:
         if not sep or not key.strip() or not value.strip():
             raise SuiteError(f"{where}: '{selector}' must read KEY=VALUE, e.g. \"opt=adamlr\"")
         if not isinstance(body, dict):
-            raise SuiteError(f"{where}.\"{selector}\" must be a table")
+            raise SuiteError(f'{where}."{selector}" must be a table')
         body = dict(body)
-        axes = _axes(_table(body, "axes", where), f"{where}.\"{selector}\".axes")
+        axes = _axes(_table(body, "axes", where), f'{where}."{selector}".axes')
         body.pop("axes", None)
-        out.append((_key(key.strip()), value.strip(), _settings(body, f"{where}.\"{selector}\""), axes))
+        out.append((_key(key.strip()), value.strip(), _settings(body, f'{where}."{selector}"'), axes))
     return out
 
 

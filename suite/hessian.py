@@ -19,7 +19,7 @@ three passes (forward, backward with graph, backward of the product) over the tr
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -28,8 +28,12 @@ ITERATIONS = 50  # power-iteration cap (PyHessian uses 100 with the same toleran
 TOLERANCE = 1e-3  # stop once every block's estimate moved by less than this, relatively
 
 
-def power_iteration(hvp: Callable[[list[torch.Tensor]], list[torch.Tensor]], like: list[torch.Tensor],
-                    iterations: int = ITERATIONS, tolerance: float = TOLERANCE) -> list[float]:
+def power_iteration(
+    hvp: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+    like: list[torch.Tensor],
+    iterations: int = ITERATIONS,
+    tolerance: float = TOLERANCE,
+) -> list[float]:
     """Top eigenvalue of several symmetric operators at once, one per tensor in `like`.
 
     `hvp(vs)` returns [H_i v_i] for all blocks i together (one pass over the data serves all).
@@ -50,8 +54,9 @@ def power_iteration(hvp: Callable[[list[torch.Tensor]], list[torch.Tensor]], lik
     return values
 
 
-def block_hvp(chunk_losses: Callable[[], Iterable[torch.Tensor]], blocks: list[torch.Tensor],
-              vs: list[torch.Tensor]) -> list[torch.Tensor]:
+def block_hvp(
+    chunk_losses: Callable[[], Iterable[torch.Tensor]], blocks: list[torch.Tensor], vs: list[torch.Tensor]
+) -> list[torch.Tensor]:
     """[H_BB v_B for each block B] of the loss sum(chunk_losses()), chunk by chunk."""
     out = [torch.zeros_like(b) for b in blocks]
     for loss in chunk_losses():
@@ -76,7 +81,9 @@ def top_eigenvalues(make_hvp: Callable[[list[torch.Tensor]], Callable], blocks: 
     return values
 
 
-def hessian_measures(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, batch_size: int) -> dict[str, float]:
+def hessian_measures(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, batch_size: int
+) -> dict[str, float]:
     """{"hessian_E": ..., "hessian_W": ...} for the blocks the model names (none: {})."""
     named = {"E": getattr(model, "embedding_weight", None), "W": getattr(model, "coupled_weight", None)}
     named = {k: b for k, b in named.items() if b is not None}
@@ -92,7 +99,9 @@ def hessian_measures(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, l
     try:
         # The fused CPU/GPU attention kernels are not twice differentiable; the math one is.
         with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
-            values = top_eigenvalues(lambda blocks: lambda vs: block_hvp(chunk_losses, blocks, vs), list(named.values()))
+            values = top_eigenvalues(
+                lambda blocks: lambda vs: block_hvp(chunk_losses, blocks, vs), list(named.values())
+            )
     finally:
         model.train(was_training)
     return {f"hessian_{k}": v for k, v in zip(named, values)}

@@ -62,11 +62,15 @@ class Member:
         torch.manual_seed(spec["seed"])  # the model's initialisation
         model = model_entry.build(data, **component_settings(spec, "model")).to(device)
         generator = torch.Generator(device=device).manual_seed(spec["seed"])
-        sampler = ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
+        sampler = (
+            ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
+        )
         _check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
         if sampler.reads_embedding_grad and getattr(model, "embedding_weight", None) is None:
-            raise SuiteError(f"sampler '{spec['sampler']['name']}' reads the token-embedding gradients, "
-                             f"but model '{spec['model']['name']}' here has no token embedding")
+            raise SuiteError(
+                f"sampler '{spec['sampler']['name']}' reads the token-embedding gradients, "
+                f"but model '{spec['model']['name']}' here has no token embedding"
+            )
         rng = rng_states(device)
         optimizer_and_filter(spec, model)  # an optimizer or filter that does not fit the model says so now
         member = cls(spec, data, model, sampler, generator, rng)
@@ -104,8 +108,10 @@ class Member:
                 raise self.foreign(err) from None
 
     def foreign(self, err: Exception) -> UnreadableFile:
-        return UnreadableFile(f"the checkpoint in {self.run_dir.path} does not fit this run ({type(err).__name__}: "
-                              f"{(str(err).splitlines() or [''])[0]}); delete it to run it again from step 0")
+        return UnreadableFile(
+            f"the checkpoint in {self.run_dir.path} does not fit this run ({type(err).__name__}: "
+            f"{(str(err).splitlines() or [''])[0]}); delete it to run it again from step 0"
+        )
 
     def open(self) -> None:
         """Start writing: spec.json, and metrics.jsonl up to where it resumes (replayed into the milestones)."""
@@ -125,9 +131,14 @@ class Member:
         self.metrics_file.flush()
         if self.tracker is not None:
             self.tracker.log(record, record["step"])
-        self.notes += [what for what, was, now in (("memorized", before[0], self.milestones.memorization_step),
-                                                   ("grokked", before[1], self.milestones.grok_step))
-                       if was is None and now is not None]
+        self.notes += [
+            what
+            for what, was, now in (
+                ("memorized", before[0], self.milestones.memorization_step),
+                ("grokked", before[1], self.milestones.grok_step),
+            )
+            if was is None and now is not None
+        ]
 
     def keep_weights(self, step: int, state_dict) -> None:
         """At memorization, and where each streak at the target begins until one holds (finish()
@@ -139,8 +150,9 @@ class Member:
             weights.save(self.run_dir.path, "grok", state_dict(), step)
 
     def save_checkpoint(self, state: dict) -> None:
-        self.run_dir.save_checkpoint(state | {"sampler": self.sampler.state_dict(),
-                                              "generator": self.generator.get_state()})
+        self.run_dir.save_checkpoint(
+            state | {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}
+        )
 
     def finish(self, step: int, stop_reason: str, wall: float, how: dict, final_weights: dict | None = None) -> None:
         """Write result.json (its last finite evaluation, milestones, provenance), last, and
@@ -149,18 +161,27 @@ class Member:
         record = self.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
         m = self.milestones
         self.result = {
-            "spec": self.spec, "run_id": spec_id(self.spec), "runner": TRAIN,
+            "spec": self.spec,
+            "run_id": spec_id(self.spec),
+            "runner": TRAIN,
             "memorization_step": m.memorization_step,
             "grok_step": m.grok_step,  # held for train.hold steps (suite.milestones)
-            "delay": m.delay, "first_touch_step": m.first_touch_step, "collapsed": m.collapsed,
+            "delay": m.delay,
+            "first_touch_step": m.first_touch_step,
+            "collapsed": m.collapsed,
             "best_val_acc": m.best_val_acc,
-            "final_train_acc": record["train_acc"], "final_val_acc": record["val_acc"],
-            "final_train_loss": record["train_loss"], "final_val_loss": record["val_loss"],
-            "steps": step, "stop_reason": stop_reason,
+            "final_train_acc": record["train_acc"],
+            "final_val_acc": record["val_acc"],
+            "final_train_loss": record["train_loss"],
+            "final_val_loss": record["val_loss"],
+            "steps": step,
+            "stop_reason": stop_reason,
             "wall_s": wall,  # in a stack, this member's share of its wall time
             "steps_per_s": step / wall if wall > 0 else None,
             **how,
-            "task_info": self.data.info, "suite_version": suite.__version__, "torch_version": torch.__version__,
+            "task_info": self.data.info,
+            "suite_version": suite.__version__,
+            "torch_version": torch.__version__,
             "python": platform.python_version(),
         }
         if final_weights is not None:  # before result.json: a finished run has its weights
@@ -209,5 +230,7 @@ def optimizer_and_filter(spec: dict, model: nn.Module) -> tuple[torch.optim.Opti
 
 def _check_built(kind: str, name: str, obj, base: type) -> None:
     if not isinstance(obj, base):
-        raise SuiteError(f"{kind} '{name}' built a {type(obj).__name__}, not a {base.__module__}.{base.__qualname__} "
-                         "(see suite/contracts.py)")
+        raise SuiteError(
+            f"{kind} '{name}' built a {type(obj).__name__}, not a {base.__module__}.{base.__qualname__} "
+            "(see suite/contracts.py)"
+        )

@@ -33,8 +33,9 @@ def run(spec: dict) -> tuple[dict, MLP]:
     data = modular(spec["seed"], **settings(spec, "task"))
     torch.manual_seed(spec["seed"])
     model = MLP(data, **settings(spec, "model"))
-    optimizer = torch.optim.Adam(model.parameters(), **{k: tuple(v) if isinstance(v, list) else v
-                                                        for k, v in settings(spec, "opt").items()})
+    optimizer = torch.optim.Adam(
+        model.parameters(), **{k: tuple(v) if isinstance(v, list) else v for k, v in settings(spec, "opt").items()}
+    )
     generator = torch.Generator().manual_seed(spec["seed"])
     steps, every, batch = spec["train"]["steps"], spec["train"]["eval_every"], spec["sampler"]["batch_size"]
     last, t0 = {}, time.monotonic()

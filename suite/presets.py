@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.registry import ALL, SuiteError, _closest
+from suite.errors import SuiteError
+from suite.registry import ALL, _closest
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class Preset:
         """Lines for `suite list`: the components, the settings, the per-filter settings."""
         show = lambda d: "  ".join(f"{k}={v!r}" for k, v in d.items())  # noqa: E731
         return [show(self.choices), show(self.settings)] + [
-            f"with --filter {name}: {show(extra)}" for name, extra in self.per_filter.items()]
+            f"with --filter {name}: {show(extra)}" for name, extra in self.per_filter.items()
+        ]
 
 
 GROKFAST = Preset(
@@ -43,17 +45,29 @@ GROKFAST = Preset(
         # Data: x*y mod 97 with y in 1..96 (9,312 pairs), half for training (4,656 / 4,656).
         # The operator and '=' ids are swapped relative to their code (op 97, '=' 98 here):
         # a relabelling of two embedding rows, nothing else.
-        "task.p": 97, "task.op": "mul", "task.nonzero_b": True, "task.split": "random",
-        "task.test_frac": 0.5, "task.train_frac": 0.5,
+        "task.p": 97,
+        "task.op": "mul",
+        "task.nonzero_b": True,
+        "task.split": "random",
+        "task.test_frac": 0.5,
+        "task.train_frac": 0.5,
         # Model: their Decoder (2 layers, d 128, 4 heads; see models/grokfast_transformer.py).
-        "model.d": 128, "model.layers": 2, "model.heads": 4,
+        "model.d": 128,
+        "model.layers": 2,
+        "model.heads": 4,
         # Optimizer: torch Adam (coupled L2), lr 1e-3, betas (0.9, 0.98); weight decay 0 in the baseline.
-        "opt.lr": 1e-3, "opt.betas": (0.9, 0.98), "opt.eps": 1e-8, "opt.weight_decay": 0.0,
+        "opt.lr": 1e-3,
+        "opt.betas": (0.9, 0.98),
+        "opt.eps": 1e-8,
+        "opt.weight_decay": 0.0,
         # Batches: reshuffled every epoch, 9 x 512 + 1 x 48 per epoch.
         "sampler.batch_size": 512,
         # Loop: 10-step linear warmup from lr 0; val accuracy after every epoch (10 steps);
         # target 95% val (their table's "iterations to reach 95% val. acc.").
-        "train.warmup_steps": 10, "train.eval_every": 10, "train.target": 0.95, "train.steps": 50_000,
+        "train.warmup_steps": 10,
+        "train.eval_every": 10,
+        "train.target": 0.95,
+        "train.steps": 50_000,
     },
     # Their README's commands: EMA with --weight_decay 0.005, MA with --weight_decay 0.01;
     # the filters' own defaults (alpha 0.98 / lamb 2; window 100 / lamb 5) are theirs.

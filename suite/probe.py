@@ -37,15 +37,15 @@ from sklearn.decomposition import PCA
 from threadpoolctl import threadpool_limits
 
 import suite
-from suite.rundir import RunDir, write_atomic, write_json
-from suite.spec import component_settings, spec_id
 from suite.results import git_commit, git_dirty
-from suite.spec import task_data
+from suite.rundir import RunDir, write_atomic, write_json
+from suite.spec import component_settings, spec_id, task_data
 
 METRICS = ("pca_ev", "pls_r2", "rho", "beta", "rho_within", "pls_rho", "pls_beta")
 
 
 # --- hidden states ---------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def extract(pretrained, prompts: list[str], *, batch_size: int, read: str, device) -> tuple[np.ndarray, list[str]]:
@@ -62,8 +62,9 @@ def extract(pretrained, prompts: list[str], *, batch_size: int, read: str, devic
     no_cache = {"use_cache": False} if "use_cache" in takes else {}
     chunks, tokens_read = [], []
     for start in range(0, len(prompts), batch_size):
-        enc = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
-                        return_special_tokens_mask=True)
+        enc = tokenizer(
+            prompts[start : start + batch_size], return_tensors="pt", padding=True, return_special_tokens_mask=True
+        )
         special = enc.pop("special_tokens_mask")
         mask = enc["attention_mask"]
         if "position_ids" in takes:
@@ -81,6 +82,7 @@ def extract(pretrained, prompts: list[str], *, batch_size: int, read: str, devic
 
 
 # --- per-layer measures ----------------------------------------------------------------------
+
 
 def abs_spearman(values: np.ndarray, scores: np.ndarray) -> float:
     if np.ptp(values) == 0 or np.ptp(scores) == 0:
@@ -156,11 +158,16 @@ def best_layers(layers: list[dict], min_rho: float) -> dict:
         return max(among, key=lambda r: r[key]["mean"]) if among else None
 
     ordered = [r for r in layers if r["rho"]["mean"] is not None and r["rho"]["mean"] >= min_rho]
-    return {"by_ev": best("pca_ev", layers), "by_r2": best("pls_r2", layers),
-            "by_ev_ordered": best("pca_ev", ordered), "min_rho": min_rho}
+    return {
+        "by_ev": best("pca_ev", layers),
+        "by_r2": best("pls_r2", layers),
+        "by_ev_ordered": best("pca_ev", ordered),
+        "min_rho": min_rho,
+    }
 
 
 # --- outputs ---------------------------------------------------------------------------------
+
 
 def write_csv(path: Path, tables: dict[str, list[dict]]) -> None:
     buf = io.StringIO()
@@ -168,7 +175,10 @@ def write_csv(path: Path, tables: dict[str, list[dict]]) -> None:
     writer.writerow(["data", "layer"] + [f"{m}_{s}" for m in METRICS for s in ("mean", "std")])
     for name, layers in tables.items():
         for row in layers:
-            writer.writerow([name, row["layer"]] + ["" if row[m][s] is None else row[m][s] for m in METRICS for s in ("mean", "std")])
+            writer.writerow(
+                [name, row["layer"]]
+                + ["" if row[m][s] is None else row[m][s] for m in METRICS for s in ("mean", "std")]
+            )
     write_atomic(path, buf.getvalue())
 
 
@@ -191,6 +201,27 @@ def run_probe(spec: dict, run_dir: Path, device: torch.device) -> dict:
         torch.set_num_threads(threads_before)
 
 
+def _measure_series(pretrained, data, name: str, device):
+    """One data set (numbers or letters) over the probe's runs: per run, each layer's measures; the
+    tokens read; the first run's values, groups and PC1 scores (for its plot); seconds spent
+    extracting and fitting; the hidden width."""
+    per_run, tokens, extract_s, fit_s, pc1 = [], {}, 0.0, 0.0, None
+    for run in data.runs:
+        t = time.monotonic()
+        states, read = extract(pretrained, run[name].prompts, batch_size=data.batch_size, read=data.read, device=device)
+        extract_s += time.monotonic() - t
+        t = time.monotonic()
+        values, groups = np.asarray(run[name].values), np.asarray(run[name].groups)
+        with threadpool_limits(limits=1):  # one BLAS thread keeps the fits bitwise the same on any machine
+            measured = [layer_measures(s, values, groups) for s in states]
+        per_run.append([m for m, _ in measured])
+        pc1 = pc1 or (values, groups, np.stack([scores for _, scores in measured]))
+        fit_s += time.monotonic() - t
+        for tok in read:
+            tokens[tok] = tokens.get(tok, 0) + 1
+    return per_run, tokens, pc1, (extract_s, fit_s), states.shape[-1]
+
+
 def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
     pretrained = model_entry.build(data, **component_settings(spec, "model")).to(device)
     load_s = time.monotonic() - t0
@@ -201,28 +232,18 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
 
     tables, pc1_plots, outputs, timings = {}, {}, {}, {"load_s": round(load_s, 2)}
     for name in data.runs[0]:
-        per_run, tokens, extract_s, fit_s = [], {}, 0.0, 0.0
-        for r, run in enumerate(data.runs):
-            t = time.monotonic()
-            states, read = extract(pretrained, run[name].prompts, batch_size=data.batch_size, read=data.read, device=device)
-            extract_s += time.monotonic() - t
-            width = states.shape[-1]
-            t = time.monotonic()
-            values, groups = np.asarray(run[name].values), np.asarray(run[name].groups)
-            with threadpool_limits(limits=1):  # one BLAS thread keeps the fits bitwise the same on any machine
-                measured = [layer_measures(s, values, groups) for s in states]
-            per_run.append([m for m, _ in measured])
-            if r == 0:
-                pc1_plots[name] = (values, groups, np.stack([scores for _, scores in measured]))
-            fit_s += time.monotonic() - t
-            for tok in read:
-                tokens[tok] = tokens.get(tok, 0) + 1
+        per_run, tokens, pc1_plots[name], seconds, width = _measure_series(pretrained, data, name, device)
         layers = summarize(per_run)
         tables[name] = layers
         outputs[name] = {"layers": layers, "best": best_layers(layers, data.min_rho), "tokens_read": tokens}
-        timings[f"{name}_extract_s"], timings[f"{name}_fit_s"] = round(extract_s, 2), round(fit_s, 2)
-        print(f"[probe] {name}: best by EV {_fmt(outputs[name]['best']['by_ev'])}; by R2 {_fmt(outputs[name]['best']['by_r2'])}; "
-              f"ordered (rho >= {data.min_rho}) {_fmt(outputs[name]['best']['by_ev_ordered'])}", file=sys.stderr, flush=True)
+        timings[f"{name}_extract_s"], timings[f"{name}_fit_s"] = (round(t, 2) for t in seconds)
+        best = outputs[name]["best"]
+        print(
+            f"[probe] {name}: best by EV {_fmt(best['by_ev'])}; by R2 {_fmt(best['by_r2'])}; "
+            f"ordered (rho >= {data.min_rho}) {_fmt(best['by_ev_ordered'])}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     write_csv(rd / "probe.csv", tables)
     t = time.monotonic()
@@ -237,8 +258,13 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
         "spec": spec,
         "run_id": spec_id(spec),
         "runner": "probe",
-        "model": {"name": spec["model"]["name"], "source": pretrained.source, "class": type(pretrained.model).__name__,
-                  "n_layers": pretrained.n_layers, "width": width},
+        "model": {
+            "name": spec["model"]["name"],
+            "source": pretrained.source,
+            "class": type(pretrained.model).__name__,
+            "n_layers": pretrained.n_layers,
+            "width": width,
+        },
         "read": data.read,
         "runs": len(data.runs),
         **outputs,

@@ -13,8 +13,12 @@ import numpy as np  # noqa: E402
 
 from suite.rundir import write_atomic  # noqa: E402
 
-PANELS = (("rho", "rho = |Spearman(value, PC1)|"), ("beta", "beta (1 log-like, 10 linear)"),
-          ("pca_ev", "PCA explained variance (PC1)"), ("pls_r2", "PLS R^2 (1 component)"))
+PANELS = (
+    ("rho", "rho = |Spearman(value, PC1)|"),
+    ("beta", "beta (1 log-like, 10 linear)"),
+    ("pca_ev", "PCA explained variance (PC1)"),
+    ("pls_r2", "PLS R^2 (1 component)"),
+)
 
 
 def _save(fig, path: Path) -> None:
@@ -61,14 +65,22 @@ def plot_pc1(path: Path, outputs: dict, pc1_plots: dict, title: str) -> None:
     fig, axes = plt.subplots(1, len(pc1_plots), figsize=(5.5 * len(pc1_plots), 4.5), squeeze=False)
     for ax, (name, (values, groups, scores)) in zip(axes[0], pc1_plots.items()):
         best = outputs[name]["best"]
-        row, rule = (best["by_ev_ordered"], "best EV with rho >= %g" % best["min_rho"]) if best["by_ev_ordered"] \
+        row, rule = (
+            (best["by_ev_ordered"], f"best EV with rho >= {best['min_rho']:g}")
+            if best["by_ev_ordered"]
             else (best["by_ev"], "best EV")
+        )
         layer = row["layer"]
         for g in np.unique(groups):
             ax.scatter(values[groups == g], scores[layer][groups == g], s=12, label=f"group {g}")
         ax.set_xscale("symlog", linthresh=1)  # letters can be worth 0 ('a')
-        fmt = lambda k: "nan" if row[k]["mean"] is None else f"{row[k]['mean']:.2f}"  # noqa: E731
-        ax.set_title(f"{name}: layer {layer} ({rule})\nEV {fmt('pca_ev')}  rho {fmt('rho')}  beta {fmt('beta')}", fontsize=10)
+
+        def fmt(k, row=row):
+            return "nan" if row[k]["mean"] is None else f"{row[k]['mean']:.2f}"
+
+        ax.set_title(
+            f"{name}: layer {layer} ({rule})\nEV {fmt('pca_ev')}  rho {fmt('rho')}  beta {fmt('beta')}", fontsize=10
+        )
         ax.set_xlabel("value" + (" (letters read in base 26)" if name == "letters" else ""))
         ax.set_ylabel("PC1")
         ax.grid(alpha=0.3)

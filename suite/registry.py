@@ -21,14 +21,13 @@ import pkgutil
 import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from suite.contracts import CONTRACTS, check, where
 from suite.errors import SuiteError
-
-
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,8 @@ def _coerce(tp, value, name):
         choices = typing.get_args(tp)
         value = _coerce(type(choices[0]), value, name)
         if value not in choices:
-            raise SuiteError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}{_closest(str(value), map(str, choices))}")
+            known = ", ".join(map(str, choices))
+            raise SuiteError(f"{name}={value!r} is not one of {known}{_closest(str(value), map(str, choices))}")
         return value
     if origin is tuple:
         parts = value.split(",") if isinstance(value, str) else list(value)
@@ -164,8 +164,10 @@ class Registry:
                 check(self.contract, key, fn, info)
             old = self._entries.get(key)
             if old is not None and not override and _qualname(old.build) != _qualname(fn):
-                raise SuiteError(f"{where(fn)}: {self.word} '{key}' is already registered by {old.origin}; "
-                                 f"pick another name, or register with override=True to replace it")
+                raise SuiteError(
+                    f"{where(fn)}: {self.word} '{key}' is already registered by {old.origin}; "
+                    f"pick another name, or register with override=True to replace it"
+                )
             self._entries[key] = Entry(self.kind, key, fn, params_of(fn), info)
             return fn
 
@@ -205,8 +207,14 @@ register_runner = RUNNERS.register
 
 # Built-in components: every module of these packages registers itself on import.
 _BUILTIN_PACKAGES = ("suite.tasks", "suite.models", "suite.components")
-ENTRY_POINT_GROUPS = ("suite.tasks", "suite.models", "suite.optimizers", "suite.samplers", "suite.filters",
-                      "suite.runners")
+ENTRY_POINT_GROUPS = (
+    "suite.tasks",
+    "suite.models",
+    "suite.optimizers",
+    "suite.samplers",
+    "suite.filters",
+    "suite.runners",
+)
 _discovered = False
 
 

@@ -48,9 +48,15 @@ def provenance(size: int, device, compile: bool) -> dict:
     once") and the wait policy the speed, so both are recorded beside the commit."""
     import torch
 
-    return {"ensemble_size": size, "device": str(device), "compiled": compile, "git_commit": git_commit(),
-            "git_dirty": git_dirty(), "threads": torch.get_num_threads(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+    return {
+        "ensemble_size": size,
+        "device": str(device),
+        "compiled": compile,
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
+        "threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+    }
 
 
 def headline(result: dict) -> str:
@@ -58,8 +64,11 @@ def headline(result: dict) -> str:
     best ordered layers."""
     if runner_of(result) == TRAIN:
         return f"grok_step {result['grok_step']}"
-    best = {name: (result[name].get("best") or {}).get("by_ev_ordered") for name in ("numbers", "letters")
-            if isinstance(result.get(name), dict)}
+    best = {
+        name: (result[name].get("best") or {}).get("by_ev_ordered")
+        for name in ("numbers", "letters")
+        if isinstance(result.get(name), dict)
+    }
     return "  ".join(f"{name}: ordered layer {row['layer'] if row else 'none'}" for name, row in best.items())
 
 
@@ -69,11 +78,18 @@ def summary(result: dict, who: str = "") -> str | None:
         return None
     shared = result.get("ensemble_size", 1)
     val = result["final_val_acc"]
-    touch = f"  (first touch {result['first_touch_step']})" if result.get("first_touch_step") != result["grok_step"] else ""
-    return (who + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}{touch}  "
-            f"delay {result['delay']}  final val_acc {'-' if val is None else f'{val:.4f}'}  "
-            f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}"
-            + (f" (its share of an ensemble of {shared})" if shared > 1 else "")
-            + ("  COLLAPSED: val acc fell below half the target after touching it" if result.get("collapsed") else "")
-            + ("  DIVERGED: loss or parameters not finite; final values are the last finite evaluation's"
-               if result.get("stop_reason") == "diverged" else ""))
+    touch = (
+        f"  (first touch {result['first_touch_step']})" if result.get("first_touch_step") != result["grok_step"] else ""
+    )
+    return (
+        who + f"memorization_step {result['memorization_step']}  grok_step {result['grok_step']}{touch}  "
+        f"delay {result['delay']}  final val_acc {'-' if val is None else f'{val:.4f}'}  "
+        f"{result['steps']} steps in {result['wall_s']:.1f} s on {result['device']}"
+        + (f" (its share of an ensemble of {shared})" if shared > 1 else "")
+        + ("  COLLAPSED: val acc fell below half the target after touching it" if result.get("collapsed") else "")
+        + (
+            "  DIVERGED: loss or parameters not finite; final values are the last finite evaluation's"
+            if result.get("stop_reason") == "diverged"
+            else ""
+        )
+    )

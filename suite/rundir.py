@@ -20,7 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
-from suite.registry import SuiteError
+from suite.errors import SuiteError
 
 CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
 STATUSES = ("done", "running", "failed", "interrupted", "missing")
@@ -70,7 +70,9 @@ def check_writable(path: Path) -> None:
     while not existing.exists() and existing != existing.parent:  # exists() is False under a file, too
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise SuiteError(f"cannot write to {path}: {existing} is {'not a directory' if not existing.is_dir() else 'read-only'}")
+        raise SuiteError(
+            f"cannot write to {path}: {existing} is {'not a directory' if not existing.is_dir() else 'read-only'}"
+        )
 
 
 def writable_dir(path: Path) -> Path:
@@ -128,7 +130,7 @@ class RunDir:
     def is_locked(self) -> bool:
         """True while some process runs here (what `status` calls running)."""
         try:
-            f = open(self.path / ".lock", "r")
+            f = open(self.path / ".lock")
         except (FileNotFoundError, NotADirectoryError):  # no run here (yet)
             return False
         with f:
@@ -155,12 +157,17 @@ class RunDir:
 
     def record_failure(self, err: BaseException) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        write_json(self.path / ERROR, {
-            "error": type(err).__name__, "message": str(err),
-            "traceback": "".join(traceback.format_exception(err)),
-            "host": socket.gethostname(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "slurm_job": os.environ.get("SLURM_JOB_ID"),
-        })
+        write_json(
+            self.path / ERROR,
+            {
+                "error": type(err).__name__,
+                "message": str(err),
+                "traceback": "".join(traceback.format_exception(err)),
+                "host": socket.gethostname(),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            },
+        )
 
     def read_failure(self) -> dict | None:
         try:
@@ -184,8 +191,10 @@ class RunDir:
                 records.append(json.loads(line))
             except ValueError:
                 if i < len(lines) - 1:
-                    raise UnreadableFile(f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
-                                         "(delete the run dir to run it again)") from None
+                    raise UnreadableFile(
+                        f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
+                        "(delete the run dir to run it again)"
+                    ) from None
                 # a process killed mid-write leaves a torn last line; resuming rewrites it
         return records
 
@@ -223,13 +232,18 @@ class RunDir:
                 unreadable[name] = (type(err).__name__, (str(err).splitlines() or [""])[0][:200])
                 continue
             for bad, (kind, line) in unreadable.items():
-                print(f"warning: checkpoint {self.path / bad} is unreadable ({kind}: {line}); resuming from the last "
-                      f"good checkpoint, {path} (step {state.get('step')})", file=sys.stderr)
+                print(
+                    f"warning: checkpoint {self.path / bad} is unreadable ({kind}: {line}); resuming from the last "
+                    f"good checkpoint, {path} (step {state.get('step')})",
+                    file=sys.stderr,
+                )
             return state
         if unreadable:  # starting again would overwrite its metrics: the user decides
             why = ", ".join(f"{name}: {kind}" for name, (kind, _) in unreadable.items())
-            raise UnreadableFile(f"no readable checkpoint in {self.path} ({why}); delete {' and '.join(unreadable)} "
-                                 "to run it again from step 0")
+            raise UnreadableFile(
+                f"no readable checkpoint in {self.path} ({why}); delete {' and '.join(unreadable)} "
+                "to run it again from step 0"
+            )
         return None
 
     def drop_checkpoints(self) -> None:

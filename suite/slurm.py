@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from suite.backends import new_submission_dir, plan_chunks, write_manifest
+from suite.errors import SuiteError
 from suite.grid import Cell, Grid
-from suite.registry import SuiteError
 
 _INSTALLED = Path(__file__).resolve().parent / "slurm_template" / "array.sbatch"  # from a wheel
 TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parent.parent / "slurm" / "array.sbatch"
@@ -40,7 +40,7 @@ class SlurmOptions:
     setup: list[str] = field(default_factory=list)  # shell lines before Python starts, e.g. "module load cuda"
 
     @classmethod
-    def merge(cls, from_grid: dict, **flags) -> "SlurmOptions":
+    def merge(cls, from_grid: dict, **flags) -> SlurmOptions:
         """The grid file's [slurm] table, overridden by the flags given (None = not given)."""
         values = {}
         for f in fields(cls):
@@ -72,10 +72,22 @@ class SlurmOptions:
 
     def sbatch_lines(self, n_array: int, log_dir: Path, job_name: str) -> list[str]:
         array = f"0-{n_array - 1}" + (f"%{self.max_parallel}" if self.max_parallel else "")
-        options = [f"--job-name={job_name}", f"--array={array}", f"--output={log_dir}/%A_%a.out",
-                   "--open-mode=append", "--requeue", f"--signal=B:USR1@{self.signal_seconds}"]
-        for flag, value in (("--partition", self.partition), ("--time", self.time), ("--gpus", self.gpus),
-                            ("--cpus-per-task", self.cpus), ("--mem", self.mem), ("--account", self.account)):
+        options = [
+            f"--job-name={job_name}",
+            f"--array={array}",
+            f"--output={log_dir}/%A_%a.out",
+            "--open-mode=append",
+            "--requeue",
+            f"--signal=B:USR1@{self.signal_seconds}",
+        ]
+        for flag, value in (
+            ("--partition", self.partition),
+            ("--time", self.time),
+            ("--gpus", self.gpus),
+            ("--cpus-per-task", self.cpus),
+            ("--mem", self.mem),
+            ("--account", self.account),
+        ):
             if value is not None:
                 options.append(f"{flag}={value}")
         return [f"#SBATCH {option}" for option in options + self.sbatch]
@@ -89,18 +101,24 @@ def _sbatch_option(line: str) -> str:
     return option
 
 
-def render(grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE,
-           ensemble: int = 1) -> str:
+def render(
+    grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE, ensemble: int = 1
+) -> str:
     try:
         text = Path(template).read_text()
     except FileNotFoundError:
-        raise SuiteError(f"sbatch template {template} not found (install the suite from its source tree: "
-                         "pip install -e ., or pass --template)") from None
+        raise SuiteError(
+            f"sbatch template {template} not found (install the suite from its source tree: "
+            "pip install -e ., or pass --template)"
+        ) from None
     values = {
         "grid_file": str(grid.path),
         "cells_per_task": str(options.cells_per_task),
-        "sbatch_lines": "\n".join(options.sbatch_lines(len(plan_chunks(cells, options.cells_per_task, ensemble)),
-                                                       workdir / "logs", f"suite-{grid.name}")),
+        "sbatch_lines": "\n".join(
+            options.sbatch_lines(
+                len(plan_chunks(cells, options.cells_per_task, ensemble)), workdir / "logs", f"suite-{grid.name}"
+            )
+        ),
         "signal_seconds": str(options.signal_seconds),
         "setup": "\n".join(options.setup),
         "workdir": shlex.quote(str(Path.cwd())),
@@ -121,20 +139,35 @@ def fit_array(options: SlurmOptions, cells: list[Cell], ensemble: int) -> None:
     n = len(plan_chunks(cells, options.cells_per_task, ensemble))
     if n > MAX_ARRAY_TASKS:
         options.cells_per_task = -(-len(cells) // MAX_ARRAY_TASKS)
-        print(f"note: {len(cells)} cells: {options.cells_per_task} cells per array task to stay within "
-              f"{MAX_ARRAY_TASKS} tasks", file=sys.stderr)
+        print(
+            f"note: {len(cells)} cells: {options.cells_per_task} cells per array task to stay within "
+            f"{MAX_ARRAY_TASKS} tasks",
+            file=sys.stderr,
+        )
 
 
 def find_sbatch() -> str:
     sbatch = shutil.which("sbatch")
     if sbatch is None:
-        raise SuiteError("sbatch not found: Slurm is not installed here (try --dry-run to see the script, "
-                         "or --backend local)")
+        raise SuiteError(
+            "sbatch not found: Slurm is not installed here (try --dry-run to see the script, or --backend local)"
+        )
     return sbatch
 
 
-def submit(grid: Grid, cells: list[Cell], root: str | Path, options: SlurmOptions, *, sbatch: str | None,
-           device: str, wandb: str, ensemble: int, compile: bool = False, template: Path = TEMPLATE) -> str:
+def submit(
+    grid: Grid,
+    cells: list[Cell],
+    root: str | Path,
+    options: SlurmOptions,
+    *,
+    sbatch: str | None,
+    device: str,
+    wandb: str,
+    ensemble: int,
+    compile: bool = False,
+    template: Path = TEMPLATE,
+) -> str:
     """Write the manifest and script and submit them with `sbatch`; returns the job id.
     sbatch None (a dry run): return the script, write nothing."""
     fit_array(options, cells, ensemble)
@@ -144,11 +177,21 @@ def submit(grid: Grid, cells: list[Cell], root: str | Path, options: SlurmOption
     workdir = new_submission_dir(root, grid.name)
     try:
         script = render(grid, options, cells, workdir, template, ensemble)
-        write_manifest(workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=options.cells_per_task,
-                       ensemble=ensemble, compile=compile)
+        write_manifest(
+            workdir,
+            grid,
+            cells,
+            root,
+            device=device,
+            wandb=wandb,
+            cells_per_task=options.cells_per_task,
+            ensemble=ensemble,
+            compile=compile,
+        )
         (workdir / "job.sbatch").write_text(script)
-        proc = subprocess.run([sbatch, "--parsable", str(workdir / "job.sbatch")], capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            [sbatch, "--parsable", str(workdir / "job.sbatch")], capture_output=True, text=True, timeout=120
+        )
         if proc.returncode != 0:
             reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
             raise SuiteError(f"sbatch refused the job: {reason[-1].removeprefix('sbatch: error: ')}")

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from suite.config import TrainConfig
-from suite.registry import ALL, RUNNERS, SuiteError, _closest, params_of
+from suite.errors import SuiteError
+from suite.registry import ALL, RUNNERS, _closest, params_of
 
 DEFAULTS = {"task": "modular", "model": "mlp", "opt": "adam", "sampler": "random", "filter": "none"}
 
@@ -33,7 +34,9 @@ def runner_of_task(task_name: str):
     return RUNNERS.get(runner) if runner else None
 
 
-def resolve(choices: dict[str, str | None] | None = None, settings: dict[str, Any] | None = None, seed: int = 0) -> dict:
+def resolve(
+    choices: dict[str, str | None] | None = None, settings: dict[str, Any] | None = None, seed: int = 0
+) -> dict:
     """Build a full spec from component names and `key=value` settings.
 
     A setting `key` goes to every chosen component that takes `key`; `kind.key`
@@ -54,7 +57,9 @@ def resolve(choices: dict[str, str | None] | None = None, settings: dict[str, An
             raise SuiteError(f"task '{task.name}' trains nothing: --{unused[0]} does not apply")
         names = {"task": names["task"], "model": names["model"]}
     params = {kind: ALL[kind].get(name).params for kind, name in names.items()}
-    spec: dict[str, Any] = {kind: {"name": names[kind]} | {k: p.default for k, p in params[kind].items()} for kind in names}
+    spec: dict[str, Any] = {
+        kind: {"name": names[kind]} | {k: p.default for k, p in params[kind].items()} for kind in names
+    }
     if trains:
         params["train"] = train_params()
         spec["train"] = {k: p.default for k, p in params["train"].items()}
@@ -107,8 +112,9 @@ def task_data(spec: dict):
     data = task.build(spec["seed"], **component_settings(spec, "task"))
     accepted = model_entry.info.get("inputs", ())
     if data.kind not in accepted:
-        raise SuiteError(f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, "
-                         f"but task '{task.name}' gives {data.kind}")
+        raise SuiteError(
+            f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, but task '{task.name}' gives {data.kind}"
+        )
     return data, model_entry
 
 

@@ -28,7 +28,8 @@ class Stack:
         self.loss_fn = LOSSES[self.cfg.loss]
         self.optimizer, self.grad_filter = optimizer_and_filter(self.spec, model)
         self.x_train, self.y_train, self.x_val, self.y_val = (
-            torch.stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val"))
+            torch.stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val")
+        )
         # Each member's correct predictions on the batches it trained on since the last evaluation
         # (train mode, before the update): Grokking-Insight's train accuracy, `train_acc_running`.
         self.running_correct = torch.zeros(len(members), dtype=torch.long, device=device)
@@ -44,9 +45,11 @@ class Stack:
             self.optimizer.load_state_dict(self.model.join([s["optimizer"] for s in states]))
             self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
         except Exception as err:  # noqa: BLE001 - read, but not these runs': any failure says so
-            raise UnreadableFile(f"the checkpoints in {', '.join(str(m.run_dir.path) for m in self.live)} do not fit "
-                                 f"these runs ({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); delete them "
-                                 "to run again from step 0") from None
+            raise UnreadableFile(
+                f"the checkpoints in {', '.join(str(m.run_dir.path) for m in self.live)} do not fit "
+                f"these runs ({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); delete them "
+                "to run again from step 0"
+            ) from None
         running = [s.get("running", (0, 0)) for s in states]  # (correct, seen); older checkpoints have none
         self.running_correct = torch.tensor([c for c, _ in running], dtype=torch.long, device=self.device)
         self.running_seen = running[0][1]
@@ -80,8 +83,9 @@ class Stack:
         parameters are no longer finite. Computed for all members at once on the device and read
         back with one synchronisation (suite.measures.to_host)."""
         columns, extra = self._measure()
-        packed, finite_, *copies = to_host([torch.stack([c.double() for c in columns.values()]), finite(self.model),
-                                            *extra.values()])
+        packed, finite_, *copies = to_host(
+            [torch.stack([c.double() for c in columns.values()]), finite(self.model), *extra.values()]
+        )
         on_host, records = dict(zip(extra, copies)), []
         for i in range(len(self.live)):
             record = {"step": step, **dict(zip(columns, packed[:, i].tolist()))}
@@ -94,7 +98,9 @@ class Stack:
                 record["med"] = on_host["med"][i].item()
             if self.cfg.hessian_every and step % (self.cfg.eval_every * self.cfg.hessian_every) == 0:  # K == 1 (plan)
                 data = self.live[i].data
-                record |= hessian_measures(self.model.alone(), data.x_train, data.y_train, self.loss_fn, self.cfg.eval_batch)
+                record |= hessian_measures(
+                    self.model.alone(), data.x_train, data.y_train, self.loss_fn, self.cfg.eval_batch
+                )
             records.append(record)
         self.running_correct.zero_()
         self.running_seen = 0
@@ -108,8 +114,12 @@ class Stack:
         train_loss, train_correct = evaluate(self.model, self.x_train, self.y_train, self.loss_fn, cfg.eval_batch)
         val_loss, val_correct = evaluate(self.model, self.x_val, self.y_val, self.loss_fn, cfg.eval_batch)
         self.model.train()
-        columns = {"train_loss": train_loss, "train_acc": train_correct.float().mean(1),
-                   "val_loss": val_loss, "val_acc": val_correct.float().mean(1)}
+        columns = {
+            "train_loss": train_loss,
+            "train_acc": train_correct.float().mean(1),
+            "val_loss": val_loss,
+            "val_acc": val_correct.float().mean(1),
+        }
         for name in self.live[0].data.val_groups:
             mask = torch.stack([m.data.val_groups[name] for m in self.live])
             columns[f"val_acc_{name}"] = (val_correct & mask).sum(1).float() / mask.sum(1).float()
@@ -134,8 +144,15 @@ class Stack:
         models = self.model.member_state_dicts()
         optimizers = self.model.split(self.optimizer.state_dict())
         filters = self.model.split(self.grad_filter.state_dict())
-        return [{"model": models[i], "optimizer": optimizers[i], "filter": filters[i],
-                 "running": (int(self.running_correct[i]), self.running_seen)} for i in range(len(self.live))]
+        return [
+            {
+                "model": models[i],
+                "optimizer": optimizers[i],
+                "filter": filters[i],
+                "running": (int(self.running_correct[i]), self.running_seen),
+            }
+            for i in range(len(self.live))
+        ]
 
     def leave(self) -> None:
         """Members that stopped leave the stack; the rest go on in a smaller one, each with its own
@@ -153,4 +170,5 @@ class Stack:
         self.optimizer.load_state_dict(self.model.join([opt_states[i] for i in keep]))
         self.grad_filter.load_state_dict(self.model.join([filter_states[i] for i in keep]))
         self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct = (
-            t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct))
+            t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct)
+        )

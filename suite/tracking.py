@@ -22,14 +22,26 @@ import secrets
 import string
 from pathlib import Path
 
-from suite.registry import SuiteError
+from suite.errors import SuiteError
 from suite.rundir import write_atomic
 from suite.spec import spec_id
 
 ID_FILE = "wandb_id.txt"
 MODES = ("off", "offline", "online")
-SUMMARY_KEYS = ("memorization_step", "grok_step", "delay", "final_train_acc", "final_val_acc",
-                "final_train_loss", "final_val_loss", "steps", "stop_reason", "wall_s", "steps_per_s", "device")
+SUMMARY_KEYS = (
+    "memorization_step",
+    "grok_step",
+    "delay",
+    "final_train_acc",
+    "final_val_acc",
+    "final_train_loss",
+    "final_val_loss",
+    "steps",
+    "stop_reason",
+    "wall_s",
+    "steps_per_s",
+    "device",
+)
 
 
 def default_mode() -> str:
@@ -73,8 +85,9 @@ def make_tracker(mode: str, spec: dict, run_dir: str | Path, grid: str | None = 
 class WandbTracker:
     """What train() calls: log(record, step) per evaluation and finish(result) at the end."""
 
-    def __init__(self, mode: str, spec: dict, run_dir: str | Path, grid: str | None = None,
-                 experiment: str | None = None):
+    def __init__(
+        self, mode: str, spec: dict, run_dir: str | Path, grid: str | None = None, experiment: str | None = None
+    ):
         self.mode, self.spec, self.run_dir, self.run, self.id_kept = mode, spec, Path(run_dir), None, False
         task, model, opt = spec["task"]["name"], spec["model"]["name"], spec["opt"]["name"]
         tags = [task, model, opt, spec["sampler"]["name"], f"seed{spec['seed']}"]

@@ -49,8 +49,9 @@ def resolve_device(name: str = "auto") -> torch.device:
         raise SuiteError(f"unknown device '{name}' (auto, cpu, cuda, cuda:N)") from None
 
 
-def train(specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None,
-          compile: bool = False) -> list[dict]:
+def train(
+    specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None, compile: bool = False
+) -> list[dict]:
     """Train specs into their run dirs and return their results (each also written to its
     run_dir/result.json). compile: the training step's forward through torch.compile (evaluation
     stays eager: its shapes vary)."""
@@ -101,8 +102,10 @@ def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
                     progress.close()
                     for m in stack.live:
                         m.release()
-                    raise Preempted(f"{stop.raised} at step {step}: checkpointed in "
-                                    + ", ".join(str(m.run_dir.path) for m in stack.live))
+                    raise Preempted(
+                        f"{stop.raised} at step {step}: checkpointed in "
+                        + ", ".join(str(m.run_dir.path) for m in stack.live)
+                    )
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 record(stack, step, how, clock)
                 progress.update(step, _summary([m.record for m in members if m.record]), _notes(stack.live, K))
@@ -138,7 +141,11 @@ def stop_reason(m: Member, cfg, step: int) -> str | None:
     """Why m stops at this evaluation ("diverged", "target held"), or None."""
     if m.diverged:
         return "diverged"
-    if cfg.patience is not None and m.milestones.held_since is not None and step - m.milestones.held_since >= cfg.patience:
+    if (
+        cfg.patience is not None
+        and m.milestones.held_since is not None
+        and step - m.milestones.held_since >= cfg.patience
+    ):
         return "target held"
     return None
 
@@ -196,8 +203,12 @@ class Progress:
             self.bar.refresh()
         elif record and (note or time.monotonic() - self.last >= self.every_s):
             self.last = time.monotonic()
-            print(f"[{self.label}] step {step} train_acc {record['train_acc']:.4f} val_acc {record['val_acc']:.4f} "
-                  f"val_loss {record['val_loss']:.4f}{' ' + note if note else ''}", file=sys.stderr, flush=True)
+            print(
+                f"[{self.label}] step {step} train_acc {record['train_acc']:.4f} val_acc {record['val_acc']:.4f} "
+                f"val_loss {record['val_loss']:.4f}{' ' + note if note else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self):
         if self.tty:

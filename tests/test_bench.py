@@ -4,8 +4,8 @@ import json
 import math
 
 import pytest
-
 from conftest import run_cli
+
 from suite import bench
 from suite.bench import sections
 from suite.cli import main
@@ -101,8 +101,17 @@ def test_skipped_limit_leaves_no_fraction(tmp_path):
     assert all(c["fraction_of_limit"] is None and c["whole_steps"] == 5 for c in report["steps"]["cells"].values())
 
 
-@pytest.mark.parametrize("flags", [("--ensembles", "0,8"), ("--ensembles", "1,x"), ("--skip", "probe,nonsense"),
-                                   ("--steps", "0"), ("--repeats", "0"), ("--device", "tpu")])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--ensembles", "0,8"),
+        ("--ensembles", "1,x"),
+        ("--skip", "probe,nonsense"),
+        ("--steps", "0"),
+        ("--repeats", "0"),
+        ("--device", "tpu"),
+    ],
+)
 def test_bad_flags_one_line_exit_2_nothing_written(tmp_path, flags):
     out = tmp_path / "b.json"
     proc = run_cli("bench", "--quick", *flags, "--out", out)

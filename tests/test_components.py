@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import build_one
+from suite.tasks.modular import modular
 
 from suite import SuiteError
 from suite.components.optimizers import ParamGroups
 from suite.registry import ALL
 from suite.spec import resolve
-from conftest import build_one
-from suite.tasks.modular import modular
 
 CPU = torch.device("cpu")
 
@@ -147,8 +147,10 @@ def test_sigma_max_is_the_spectral_norm_at_any_scale_and_a_zero_w_gives_no_ratio
             assert sigma_max(w) == pytest.approx(torch.linalg.matrix_norm(w.double(), ord=2).item(), rel=1e-9)
     alternating = torch.ones(300)
     alternating[1::2] = -1  # a top singular vector orthogonal to an all-ones start: Lanczos still finds it
-    for w in (torch.linalg.qr(torch.randn(300, 300, generator=g, dtype=torch.float64))[0],  # all singular values 1
-              torch.outer(torch.randn(200, generator=g), alternating).double()):
+    for w in (
+        torch.linalg.qr(torch.randn(300, 300, generator=g, dtype=torch.float64))[0],  # all singular values 1
+        torch.outer(torch.randn(200, generator=g), alternating).double(),
+    ):
         assert sigma_max(w) == pytest.approx(torch.linalg.matrix_norm(w, ord=2).item(), rel=1e-9)
     assert sigma_max(torch.zeros(4, 3)) == 0.0 and sigma_max(torch.zeros(300, 200)) == 0.0
     assert math.isnan(sigma_max(torch.tensor([[float("inf"), 1.0]])))  # a diverged run's W
@@ -160,8 +162,10 @@ def test_sigma_max_is_the_spectral_norm_at_any_scale_and_a_zero_w_gives_no_ratio
 
 def test_random_sampler_draws_distinct_examples_reproducibly():
     data = modular(0, p=13)
-    draw = lambda seed: [ALL["sampler"].get("random").build(data, torch.Generator().manual_seed(seed), batch_size=16)  # noqa: E731
-                         .next() for _ in range(1)][0]
+
+    def draw(seed):
+        return ALL["sampler"].get("random").build(data, torch.Generator().manual_seed(seed), batch_size=16).next()
+
     batch = draw(0)
     assert len(batch) == 16 and len(set(batch.tolist())) == 16 and batch.max() < len(data.y_train)
     assert torch.equal(batch, draw(0)) and not torch.equal(batch, draw(1))
@@ -169,7 +173,9 @@ def test_random_sampler_draws_distinct_examples_reproducibly():
 
 def test_full_sampler_gives_everything():
     data = modular(0, p=13)
-    assert torch.equal(ALL["sampler"].get("full").build(data, torch.Generator()).next(), torch.arange(len(data.y_train)))
+    assert torch.equal(
+        ALL["sampler"].get("full").build(data, torch.Generator()).next(), torch.arange(len(data.y_train))
+    )
 
 
 def test_frequency_sampler_evens_out_token_updates():
@@ -197,8 +203,11 @@ def test_grad_softmax_sampler_follows_softmax_of_squared_gradient_norms():
     """Appendix A, eq. 19: p_i = softmax(L_i^2 / gamma), gamma in units of the mean L_i^2; tokens
     are drawn with probability ~ p_i."""
     data = modular(0, p=5, split="random", train_frac=0.6, test_frac=0.2)  # 15 pairs of tokens 0..4, op 5, '=' 6
-    sampler = ALL["sampler"].get("grad_softmax").build(data, torch.Generator().manual_seed(0), batch_size=4, gamma=0.5,
-                                                       beta=0.9)
+    sampler = (
+        ALL["sampler"]
+        .get("grad_softmax")
+        .build(data, torch.Generator().manual_seed(0), batch_size=4, gamma=0.5, beta=0.9)
+    )
     p0 = sampler.token_probabilities()
     assert torch.allclose(p0[:5], torch.full((5,), 0.2)) and p0[5:].eq(0).all()  # before any step: equal
     batch = sampler.next()
@@ -213,7 +222,10 @@ def test_grad_softmax_sampler_follows_softmax_of_squared_gradient_norms():
     sampler.observe(2 * grad)  # a running mean from then on: 0.9 * old + 0.1 * new
     assert torch.allclose(sampler.L[:5][present], first[:5][present] * 1.1)
 
-    sampler.L, sampler.seen = torch.tensor([1.0, 2.0, 3.0, 0.0, 1.0, 9.0, 9.0]), torch.tensor([1, 1, 1, 0, 1, 1, 1]).bool()
+    sampler.L, sampler.seen = (
+        torch.tensor([1.0, 2.0, 3.0, 0.0, 1.0, 9.0, 9.0]),
+        torch.tensor([1, 1, 1, 0, 1, 1, 1]).bool(),
+    )
     L = torch.tensor([1.0, 2.0, 3.0, 1.75, 1.0])  # the unseen token takes the seen ones' mean
     expected = torch.softmax(L.square() / (0.5 * L.square().mean()), 0)
     p = sampler.token_probabilities()

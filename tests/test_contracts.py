@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO, run_cli
 from torch import nn
 
-from conftest import REPO, run_cli
 from suite import SuiteError, register_model
 from suite.contracts import ContractError
-from suite.registry import ALL, RUNNERS, Registry
-from suite.spec import resolve
 from suite.member import Member
 from suite.plan import blocker
+from suite.registry import ALL, RUNNERS, Registry
+from suite.spec import resolve
 from suite.train import train
 
 # --- the contracts, checked as components register ------------------------------------------------
@@ -35,17 +35,30 @@ def _filter_required_keyword(params, *, k: int): ...
 def _runner_with_settings(spec, run_dir, device, *, extra: int = 1): ...
 
 
-@pytest.mark.parametrize("kind, fn, info, message", [
-    ("task", _task_seed_keyword, {}, r"task 'bad' must take \(seed\) first, then settings with defaults; it takes \(\)"),
-    ("task", _task_extra_positional, {}, r"must take \(seed\) first, .* it takes \(seed, n\)"),
-    ("model", _model, {}, r"model 'bad' must say inputs= when it registers"),
-    ("opt", _opt, {"elementwize": True}, r"optimizer 'bad' got unknown keyword\(s\) elementwize; optimizer knows elementwise"),
-    ("sampler", _sampler_named, {}, r"cannot have a setting called 'name'"),
-    ("filter", _filter_untyped, {}, r"setting 'window' needs a type annotation"),
-    ("filter", _filter_list, {}, r"setting 'sizes' needs a type annotation"),
-    ("filter", _filter_required_keyword, {}, r"setting 'k' needs a default"),
-    ("task", _task_seed_keyword, {"runner": "x", "default_model": "mlp"}, r"must take \(seed\)"),
-])
+@pytest.mark.parametrize(
+    "kind, fn, info, message",
+    [
+        (
+            "task",
+            _task_seed_keyword,
+            {},
+            r"task 'bad' must take \(seed\) first, then settings with defaults; it takes \(\)",
+        ),
+        ("task", _task_extra_positional, {}, r"must take \(seed\) first, .* it takes \(seed, n\)"),
+        ("model", _model, {}, r"model 'bad' must say inputs= when it registers"),
+        (
+            "opt",
+            _opt,
+            {"elementwize": True},
+            r"optimizer 'bad' got unknown keyword\(s\) elementwize; optimizer knows elementwise",
+        ),
+        ("sampler", _sampler_named, {}, r"cannot have a setting called 'name'"),
+        ("filter", _filter_untyped, {}, r"setting 'window' needs a type annotation"),
+        ("filter", _filter_list, {}, r"setting 'sizes' needs a type annotation"),
+        ("filter", _filter_required_keyword, {}, r"setting 'k' needs a default"),
+        ("task", _task_seed_keyword, {"runner": "x", "default_model": "mlp"}, r"must take \(seed\)"),
+    ],
+)
 def test_a_component_that_breaks_its_contract_is_refused_naming_its_file(kind, fn, info, message):
     with pytest.raises(ContractError, match=r"^\S*test_contracts\.py:\d+: .*" + message):
         Registry(kind).register("bad", **info)(fn)
@@ -59,13 +72,18 @@ def test_runner_settings_are_allowed_to_exist_only_as_fixed_arguments():
 
 
 def test_a_contract_error_is_one_line_exit_2_from_the_cli(tmp_path):
-    env = _package(tmp_path, "from suite import register_task\n\n@register_task('seedless')\n"
-                             "def seedless(*, seed: int = 0):\n    pass\n")
+    env = _package(
+        tmp_path,
+        "from suite import register_task\n\n@register_task('seedless')\ndef seedless(*, seed: int = 0):\n    pass\n",
+    )
     proc = run_cli("run", "--task", "seedless", "--out", tmp_path / "run", env=env)
     assert proc.returncode == 2 and not (tmp_path / "run").exists()
     # the module failed to register: its import costs one warning, and the task is unknown
-    assert re.search(r"^warning: skipped entry point .*outside_pkg/__init__\.py:\d+: task 'seedless' must take \(seed\)",
-                     proc.stderr, re.M), proc.stderr
+    assert re.search(
+        r"^warning: skipped entry point .*outside_pkg/__init__\.py:\d+: task 'seedless' must take \(seed\)",
+        proc.stderr,
+        re.M,
+    ), proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown task 'seedless'")
 
 
@@ -81,8 +99,11 @@ def test_a_taken_name_is_refused_unless_override_is_asked_for():
 
     reg.register("x", elementwise=True)(first)
     reg.register("x", elementwise=True)(first)  # the same builder again (a reloaded module) is no clash
-    with pytest.raises(SuiteError, match=r"test_contracts\.py:\d+: optimizer 'x' is already registered by "
-                                         r"\S*test_contracts\.py:\d+; pick another name, or .*override=True"):
+    with pytest.raises(
+        SuiteError,
+        match=r"test_contracts\.py:\d+: optimizer 'x' is already registered by "
+        r"\S*test_contracts\.py:\d+; pick another name, or .*override=True",
+    ):
         reg.register("x")(second)
     assert reg.get("x").build is first and reg.get("x").info == {"elementwise": True}
     reg.register("x", override=True)(second)
@@ -112,10 +133,24 @@ def test_a_module_that_fails_to_import_costs_one_warning_and_the_rest_work(tmp_p
     proc = run_cli("list", "opt", env=env)
     assert proc.returncode == 0
     assert proc.stderr.strip().splitlines() == [
-        "warning: skipped entry point broken (outside_pkg): ModuleNotFoundError: No module named 'no_such_dependency_here'"]
+        "warning: skipped entry point broken (outside_pkg): "
+        "ModuleNotFoundError: No module named 'no_such_dependency_here'"
+    ]
     assert re.search(r"^  adam\s", proc.stdout, re.M)
-    run = run_cli("run", "--steps", "10", "--set", "p=11", "--set", "batch_size=16", "--set", "eval_every=5",
-                  "--out", tmp_path / "run", env=env)
+    run = run_cli(
+        "run",
+        "--steps",
+        "10",
+        "--set",
+        "p=11",
+        "--set",
+        "batch_size=16",
+        "--set",
+        "eval_every=5",
+        "--out",
+        tmp_path / "run",
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
 
 
@@ -124,7 +159,9 @@ def test_list_filters_names_with_wildcards():
     names = re.findall(r"^  (\S+)\s", both, re.M)
     assert names == ["adam", "adamlr", "adamlr_adaptive", "adamw", "adamwlr"]
     assert re.findall(r"^  (\S+)\s", run_cli("list", "model", "*former*").stdout, re.M) == [
-        "grokfast_transformer", "transformer"]
+        "grokfast_transformer",
+        "transformer",
+    ]
     assert re.findall(r"^  (\S+)\s", run_cli("list", "runner").stdout, re.M) == ["probe"]
     none = run_cli("list", "zzz*")
     assert none.returncode == 2 and none.stderr.strip() == "error: no component matches 'zzz*'"
@@ -162,20 +199,27 @@ def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp
     specs = [resolve({"model": "_gru"}, TINY, seed) for seed in (0, 1)]
     together = train(specs, [tmp_path / "a0", tmp_path / "a1"], torch.device("cpu"))
     err = capsys.readouterr().err
-    assert re.search(r"^2 runs train one after the other: model '_gru' cannot be vmapped \(RuntimeError: "
-                     r"Batching rule not implemented for aten::gru", err, re.M), err
+    assert re.search(
+        r"^2 runs train one after the other: model '_gru' cannot be vmapped \(RuntimeError: "
+        r"Batching rule not implemented for aten::gru",
+        err,
+        re.M,
+    ), err
     alone = [train([spec], [tmp_path / f"b{spec['seed']}"], torch.device("cpu"))[0] for spec in specs]
     for a, b in zip(together, alone):
         assert a["steps"] == 20 and a["ensemble_size"] == 1
-        assert (tmp_path / f"a{a['spec']['seed']}/metrics.jsonl").read_text() == \
-            (tmp_path / f"b{b['spec']['seed']}/metrics.jsonl").read_text()
+        assert (tmp_path / f"a{a['spec']['seed']}/metrics.jsonl").read_text() == (
+            tmp_path / f"b{b['spec']['seed']}/metrics.jsonl"
+        ).read_text()
     assert "one after the other" not in capsys.readouterr().err  # a single run just runs the plain model
 
 
 def test_a_model_registered_unstackable_says_so():
     members = [Member.build(resolve({"model": "_solo"}, TINY, seed), torch.device("cpu")) for seed in (0, 1)]
-    assert blocker([m.spec for m in members], [m.model for m in members]) == \
-        "model '_solo' is registered with stackable=False"
+    assert (
+        blocker([m.spec for m in members], [m.model for m in members])
+        == "model '_solo' is registered with stackable=False"
+    )
 
 
 def test_a_sampler_that_is_not_a_sampler_is_one_line():
@@ -191,9 +235,13 @@ def test_a_sampler_that_is_not_a_sampler_is_one_line():
         def next(self):
             return torch.arange(4)
 
-    with pytest.raises(SuiteError, match=r"sampler '_plain_object' built a NotASampler, not a suite\.contracts\.Sampler"):
-        Member.build(resolve({"sampler": "_plain_object"}, {k: v for k, v in TINY.items() if k != "batch_size"}),
-                     torch.device("cpu"))
+    with pytest.raises(
+        SuiteError, match=r"sampler '_plain_object' built a NotASampler, not a suite\.contracts\.Sampler"
+    ):
+        Member.build(
+            resolve({"sampler": "_plain_object"}, {k: v for k, v in TINY.items() if k != "batch_size"}),
+            torch.device("cpu"),
+        )
 
 
 # --- one component of each kind from a new module: the README's example ---------------------------
@@ -217,17 +265,47 @@ def test_readme_adds_one_component_of_each_kind_from_a_new_module_and_runs_them(
     code = readme.split("<!-- example components -->")[1].split("```python")[1].split("```")[0]
     env = _package(tmp_path, textwrap.dedent(code))
     listing = run_cli("list", "--origin", env=env)
-    for kind_heading, name in (("tasks", "parity"), ("models", "bag"), ("optimizers", "adagrad"),
-                               ("samplers", "cyclic"), ("filters", "clip"), ("runners", "majority")):
-        assert re.search(rf"^{kind_heading}:\n(?:  .*\n)*?  {name}\s+\S.*\n(?:   .*\n)*?\s+from \S*outside_pkg/__init__\.py",
-                         listing.stdout, re.M), (name, listing.stdout + listing.stderr)
-    args = ["run", "--task", "parity", "--model", "bag", "--opt", "adagrad", "--sampler", "cyclic", "--filter", "clip",
-            "--set", "n_bits=6", "--steps", "30", "--set", "eval_every=10", "--set", "checkpoint_every=10"]
+    for kind_heading, name in (
+        ("tasks", "parity"),
+        ("models", "bag"),
+        ("optimizers", "adagrad"),
+        ("samplers", "cyclic"),
+        ("filters", "clip"),
+        ("runners", "majority"),
+    ):
+        assert re.search(
+            rf"^{kind_heading}:\n(?:  .*\n)*?  {name}\s+\S.*\n(?:   .*\n)*?\s+from \S*outside_pkg/__init__\.py",
+            listing.stdout,
+            re.M,
+        ), (name, listing.stdout + listing.stderr)
+    args = [
+        "run",
+        "--task",
+        "parity",
+        "--model",
+        "bag",
+        "--opt",
+        "adagrad",
+        "--sampler",
+        "cyclic",
+        "--filter",
+        "clip",
+        "--set",
+        "n_bits=6",
+        "--steps",
+        "30",
+        "--set",
+        "eval_every=10",
+        "--set",
+        "checkpoint_every=10",
+    ]
     proc = run_cli(*args, "--out", tmp_path / "run", env=env)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "run/result.json").read_text())
     assert result["spec"]["task"] == {"name": "parity", "n_bits": 6, "train_frac": 0.5}
-    assert result["spec"]["sampler"] == {"name": "cyclic", "batch_size": 32} and result["spec"]["filter"]["limit"] == 1.0
+    assert (
+        result["spec"]["sampler"] == {"name": "cyclic", "batch_size": 32} and result["spec"]["filter"]["limit"] == 1.0
+    )
     assert result["steps"] == 30 and result["runner"] == "train"
     seeds = run_cli(*args, "--seeds", "0,1", "--root", tmp_path / "runs", env=env)  # elementwise: one ensemble
     assert seeds.returncode == 0 and "one after the other" not in seeds.stderr, seeds.stderr
@@ -246,8 +324,12 @@ TINY_TASK = {  # task -> (settings, a model that reads it)
     "polygons": ({"resolution": 16, "train_frac": 0.004, "n_val": 24}, "mlp"),
     "zipf_text": ({"n_examples": 600, "vocab": 60}, "mlp"),
 }
-TINY_MODEL = {"mlp": {"d": 8, "hidden": 16}, "transformer": {"d_model": 16, "d_mlp": 32},
-              "grokfast_transformer": {"d": 16}, "resnet18": {}}
+TINY_MODEL = {
+    "mlp": {"d": 8, "hidden": 16},
+    "transformer": {"d_model": 16, "d_mlp": 32},
+    "grokfast_transformer": {"d": 16},
+    "resnet18": {},
+}
 TEXT_MODELS = {"smollm2", "minilm", "hf"}  # pretrained, read by the probe runner (tests/test_probe.py runs them)
 
 
@@ -267,8 +349,10 @@ def _few_steps(tmp_path, choices: dict, settings: dict | None = None) -> dict:
     task_settings, model = TINY_TASK[task]
     model = choices.get("model", model)
     batch = {"batch_size": 16} if "batch_size" in ALL["sampler"].get(choices.get("sampler", "random")).params else {}
-    spec = resolve({"model": model, **choices}, {**task_settings, **TINY_MODEL.get(model, {}), **batch,
-                                                  "train.steps": 4, "eval_every": 2, **(settings or {})})
+    spec = resolve(
+        {"model": model, **choices},
+        {**task_settings, **TINY_MODEL.get(model, {}), **batch, "train.steps": 4, "eval_every": 2, **(settings or {})},
+    )
     (result,) = train([spec], [tmp_path / "run"], torch.device("cpu"))
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 2, 4] and all(math.isfinite(r["train_loss"]) for r in records)
@@ -332,8 +416,10 @@ def test_suite_has_no_import_cycles():
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 # `from a import b`: the module a.b if there is one, else a (a name defined in it)
-                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
-                           for alias in node.names]
+                targets = [
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                    for alias in node.names
+                ]
             else:
                 continue
             graph[name] |= {t for t in targets if t in modules and t != name}
@@ -341,7 +427,7 @@ def test_suite_has_no_import_cycles():
 
     def visit(node):
         if node in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(node):] + [node]))
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(node) :] + [node]))
         if node in done:
             return
         path.append(node)
@@ -358,6 +444,7 @@ def test_listing_into_a_closed_pipe_is_quiet():
     import subprocess
     import sys
 
-    proc = subprocess.run(f"{sys.executable} -m suite list | head -1", shell=True, capture_output=True, text=True,
-                          cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        f"{sys.executable} -m suite list | head -1", shell=True, capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert proc.stdout == "tasks:\n" and "Traceback" not in proc.stderr, proc.stderr

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import TINY_FIXED, run_cli
+
 from suite import TaskData, register_task
 from suite.cli import main
 from suite.ensemble import Alone, Stacked, clip_grad_norms
@@ -16,8 +16,16 @@ from suite.spec import resolve
 from suite.train import train
 
 CPU = torch.device("cpu")
-TINY = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.steps": 60, "eval_every": 10,
-        "d": 16, "hidden": 32}
+TINY = {
+    "p": 11,
+    "train_frac": 0.5,
+    "test_frac": 0.3,
+    "batch_size": 32,
+    "train.steps": 60,
+    "eval_every": 10,
+    "d": 16,
+    "hidden": 32,
+}
 
 
 @pytest.fixture
@@ -57,8 +65,15 @@ def loud_for_seed_1(seed: int, *, n: int = 64) -> TaskData:
 
 
 def test_a_diverging_member_stops_alone_and_the_others_equal_their_separate_runs(tmp_path, one_thread):
-    settings = {"n": 64, "hidden": 16, "batch_size": 16, "lr": 0.1, "train.steps": 60, "eval_every": 10,
-                "patience": None}
+    settings = {
+        "n": 64,
+        "hidden": 16,
+        "batch_size": 16,
+        "lr": 0.1,
+        "train.steps": 60,
+        "eval_every": 10,
+        "patience": None,
+    }
     specs = [resolve({"task": "_loud_for_seed_1", "opt": "sgd"}, settings, seed) for seed in range(3)]
     together = train(specs, [tmp_path / "ens" / str(i) for i in range(3)], CPU)
     assert [r["ensemble_size"] for r in together] == [3] * 3

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_FIXED, PreemptAt, run_cli, stack_of
 from torch import nn
 
-from conftest import TINY_FIXED, PreemptAt, run_cli, stack_of
 from suite.ensemble import split_state, stack_states
 from suite.plan import blocker
 from suite.spec import canonical, resolve
@@ -50,14 +50,17 @@ def _same_result(a: dict, b: dict) -> bool:
     return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
 
 
-@pytest.mark.parametrize("choices,settings", [
-    ({}, {"d": 16, "hidden": 32}),  # the paper's MLP and Adam
-    ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
-    ({"opt": "adamlr", "filter": "grokfast_ma", "sampler": "epoch"}, {"d": 16, "hidden": 32, "window": 5}),
-    ({"opt": "sgd", "filter": "grokfast_ema", "sampler": "frequency"}, {"d": 16, "hidden": 32}),
-    ({}, {"d": 16, "hidden": 32, "grad_clip": 0.05}),  # each member clipped by its own global norm
-    ({"sampler": "grad_softmax"}, {"d": 16, "hidden": 32}),  # each member's sampler reads its own gradient
-])
+@pytest.mark.parametrize(
+    "choices,settings",
+    [
+        ({}, {"d": 16, "hidden": 32}),  # the paper's MLP and Adam
+        ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
+        ({"opt": "adamlr", "filter": "grokfast_ma", "sampler": "epoch"}, {"d": 16, "hidden": 32, "window": 5}),
+        ({"opt": "sgd", "filter": "grokfast_ema", "sampler": "frequency"}, {"d": 16, "hidden": 32}),
+        ({}, {"d": 16, "hidden": 32, "grad_clip": 0.05}),  # each member clipped by its own global norm
+        ({"sampler": "grad_softmax"}, {"d": 16, "hidden": 32}),  # each member's sampler reads its own gradient
+    ],
+)
 def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, settings):
     specs = _specs(choices, {**SMALL, **settings})
     together = train(specs, [tmp_path / "ens" / str(i) for i in range(3)], CPU)
@@ -72,8 +75,11 @@ def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, sett
 
 def test_members_stop_early_on_their_own(tmp_path):
     # A target some seeds reach by chance at different evaluations: each stops when its separate run would.
-    specs = _specs({}, {**SMALL, "d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0},
-                   seeds=range(4))
+    specs = _specs(
+        {},
+        {**SMALL, "d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0},
+        seeds=range(4),
+    )
     together = train(specs, [tmp_path / "ens" / str(i) for i in range(4)], CPU)
     alone = [train([s], [tmp_path / "alone" / str(i)], CPU)[0] for i, s in enumerate(specs)]
     assert [r["steps"] for r in together] == [r["steps"] for r in alone]
@@ -109,9 +115,13 @@ def test_what_cannot_be_exact_runs_one_after_the_other_and_says_why(tmp_path, ca
 def test_blocker_names_each_reason():
     mlp = _specs({}, SMALL, seeds=(0, 1))
     assert blocker(mlp, [nn.Linear(2, 2)]) is None
-    assert blocker([mlp[0], resolve({}, {**SMALL, "lr": 0.5}, 1)], [nn.Linear(2, 2)]) == \
-        "the specs differ in more than the seed and the task's settings"
-    assert blocker([mlp[0], resolve({}, {**SMALL, "p": 13}, 1)], [nn.Linear(2, 2)]) is None  # a task setting: shapes decide
+    assert (
+        blocker([mlp[0], resolve({}, {**SMALL, "lr": 0.5}, 1)], [nn.Linear(2, 2)])
+        == "the specs differ in more than the seed and the task's settings"
+    )
+    assert (
+        blocker([mlp[0], resolve({}, {**SMALL, "p": 13}, 1)], [nn.Linear(2, 2)]) is None
+    )  # a task setting: shapes decide
     assert "orthograd" in blocker(_specs({"filter": "orthograd"}, SMALL, (0, 1)), [nn.Linear(2, 2)])
     assert "BatchNorm" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))])
     assert "dropout" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1))])
@@ -154,8 +164,23 @@ def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layou
 
 
 def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
-    args = ["run", "--root", tmp_path, "--set", "p=11", "--set", "batch_size=16", "--set", "train.steps=20",
-            "--set", "eval_every=10", "--set", "d=8", "--set", "hidden=16"]
+    args = [
+        "run",
+        "--root",
+        tmp_path,
+        "--set",
+        "p=11",
+        "--set",
+        "batch_size=16",
+        "--set",
+        "train.steps=20",
+        "--set",
+        "eval_every=10",
+        "--set",
+        "d=8",
+        "--set",
+        "hidden=16",
+    ]
     out = run_cli(*args, "--seeds", "0-1,4")
     assert out.returncode == 0, out.stderr
     paths = [Path(line) for line in out.stdout.splitlines()]
@@ -163,8 +188,11 @@ def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
     assert "its share of an ensemble of 3" in out.stderr
     again = run_cli(*args, "--seeds", "4,5")  # 4 is done: only 5 runs
     assert again.returncode == 0 and again.stderr.count("already finished") == 1
-    for bad, message in ((["--seeds", "3-1"], "--seeds takes a list"), (["--seeds", "a"], "--seeds takes a list"),
-                         (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run dir")):
+    for bad, message in (
+        (["--seeds", "3-1"], "--seeds takes a list"),
+        (["--seeds", "a"], "--seeds takes a list"),
+        (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run dir"),
+    ):
         out = run_cli(*args, *bad)
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr
     assert not (tmp_path / "x").exists()
@@ -190,28 +218,52 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
 
 
 def test_compile_trains_the_same_cell_to_float_rounding_and_is_recorded(tmp_path):
-    args = ["run", "--set", "p=11", "--set", "batch_size=16", "--set", "train.steps=20", "--set", "eval_every=10", "--set", "d=8",
-            "--set", "hidden=16", "--seeds", "0-1"]
-    eager, compiled = (run_cli(*args, "--root", tmp_path / name, *flag) for name, flag in (("e", []), ("c", ["--compile"])))
+    args = [
+        "run",
+        "--set",
+        "p=11",
+        "--set",
+        "batch_size=16",
+        "--set",
+        "train.steps=20",
+        "--set",
+        "eval_every=10",
+        "--set",
+        "d=8",
+        "--set",
+        "hidden=16",
+        "--seeds",
+        "0-1",
+    ]
+    eager, compiled = (
+        run_cli(*args, "--root", tmp_path / name, *flag) for name, flag in (("e", []), ("c", ["--compile"]))
+    )
     assert eager.returncode == 0 and compiled.returncode == 0, compiled.stderr
     for e_path, c_path in zip(eager.stdout.split(), compiled.stdout.split()):
         e, c = json.loads(Path(e_path).read_text()), json.loads(Path(c_path).read_text())
         assert (e["compiled"], c["compiled"]) == (False, True)
-        assert c["final_train_loss"] == pytest.approx(e["final_train_loss"], rel=1e-4)  # fused kernels round differently
+        assert c["final_train_loss"] == pytest.approx(
+            e["final_train_loss"], rel=1e-4
+        )  # fused kernels round differently
 
 
 # Cells that differ in their task's settings (operation, split, data seed) stack like seeds.
-CROSS = [({"op": op, "split": split}, seed) for op in ("add", "mul") for split in ("random", "uniform") for seed in (0, 1)]
+CROSS = [
+    ({"op": op, "split": split}, seed) for op in ("add", "mul") for split in ("random", "uniform") for seed in (0, 1)
+]
 
 
 def _cross_specs(choices, settings):
     return [resolve(choices, {**settings, **task}, seed) for task, seed in CROSS]
 
 
-@pytest.mark.parametrize("choices,settings", [
-    ({}, {"d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0}),  # with early stops
-    ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
-])
+@pytest.mark.parametrize(
+    "choices,settings",
+    [
+        ({}, {"d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0}),  # with early stops
+        ({"model": "transformer", "opt": "adamw"}, {"d_model": 16, "d_mlp": 32, "n_heads": 2}),
+    ],
+)
 def test_cells_that_differ_in_their_task_stack_and_each_equals_its_separate_run(tmp_path, choices, settings):
     specs = _cross_specs(choices, {**SMALL, **settings})
     together = train(specs, [tmp_path / "stack" / str(i) for i in range(len(specs))], CPU)
@@ -269,8 +321,9 @@ def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation
     update), here over every step since the last evaluation. With the full batch and an evaluation
     every step it is the previous evaluation's train accuracy (this MLP has no dropout or BatchNorm)."""
     settings = {k: v for k, v in SMALL.items() if k != "batch_size"}
-    spec = resolve({"sampler": "full"}, {**settings, "d": 16, "hidden": 32, "eval_every": 1, "train.steps": 30,
-                                         "patience": None})
+    spec = resolve(
+        {"sampler": "full"}, {**settings, "d": 16, "hidden": 32, "eval_every": 1, "train.steps": 30, "patience": None}
+    )
     train([spec], [tmp_path / "full"], CPU)
     records = [json.loads(line) for line in _metrics(tmp_path / "full").splitlines()]
     assert "train_acc_running" not in records[0]  # nothing trained yet
@@ -280,10 +333,16 @@ def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("task,settings", [
-    ("modular", {"inputs": "embed"}), ("modular", {"inputs": "onehot"}), ("modular", {"inputs": "scalar"}), ("modular", {"inputs": "scalar_raw"}),
-    ("polygons", {"resolution": 8, "n_val": 64}),
-])
+@pytest.mark.parametrize(
+    "task,settings",
+    [
+        ("modular", {"inputs": "embed"}),
+        ("modular", {"inputs": "onehot"}),
+        ("modular", {"inputs": "scalar"}),
+        ("modular", {"inputs": "scalar_raw"}),
+        ("polygons", {"resolution": 8, "n_val": 64}),
+    ],
+)
 def test_each_member_of_the_mlps_stacked_forward_is_the_model_alone(task, settings, threads):
     # models/mlp.py's forward_stacked: a seed trained inside a stack, or alone, computes what the
     # plain model computes for it (logits and gradients), so a run's numbers do not depend on K and
@@ -318,8 +377,9 @@ def test_a_single_run_trains_the_weights_of_the_plain_pytorch_loop_bit_for_bit(t
     from suite import plain
     from suite.weights import load_model
 
-    spec = resolve({}, {"p": 23, "batch_size": 32, "train.steps": 200, "eval_every": 50, "patience": None,
-                        "keep_weights": True})
+    spec = resolve(
+        {}, {"p": 23, "batch_size": 32, "train.steps": 200, "eval_every": 50, "patience": None, "keep_weights": True}
+    )
     train([spec], [tmp_path / "run"], CPU)
     last, model = plain.run(spec)
     suite_model = load_model(tmp_path / "run", "final")

@@ -6,8 +6,9 @@ import subprocess
 import sys
 import tomllib
 
-import suite
 from conftest import REPO, run_cli
+
+import suite
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
@@ -22,10 +23,15 @@ class Watch(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Watch())
 atexit.register(lambda: print("ENV-AT-TORCH-IMPORT " + json.dumps(seen)))
 """
-MODULE = "import runpy, sys; sys.argv = ['suite', 'list', 'opt']; runpy.run_module('suite', run_name='__main__', alter_sys=True)"
+MODULE = (
+    "import runpy, sys; sys.argv = ['suite', 'list', 'opt']; "
+    "runpy.run_module('suite', run_name='__main__', alter_sys=True)"
+)
 # What pip's generated grok-suite wrapper does with the [project.scripts] entry.
-SCRIPT = ("import importlib, sys; module, _, attr = {target!r}.partition(':'); sys.argv = ['grok-suite', 'list', 'opt']; "
-          "sys.exit(getattr(importlib.import_module(module), attr)())")
+SCRIPT = (
+    "import importlib, sys; module, _, attr = {target!r}.partition(':'); sys.argv = ['grok-suite', 'list', 'opt']; "
+    "sys.exit(getattr(importlib.import_module(module), attr)())"
+)
 
 
 def test_version_is_the_packages():
@@ -38,8 +44,9 @@ def run_entry(code: str, **user) -> tuple[subprocess.CompletedProcess, list[str]
     """Run an entry point with OMP_WAIT_POLICY and THP_MEM_ALLOC_ENABLE unset unless the user
     sets them: the process, its stdout lines and the environment torch was imported under."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")} | user
-    proc = subprocess.run([sys.executable, "-c", WATCH_TORCH + code], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", WATCH_TORCH + code], env=env, capture_output=True, text=True, timeout=300
+    )
     *out, last = proc.stdout.strip().splitlines()
     assert last.startswith("ENV-AT-TORCH-IMPORT "), proc.stderr
     return proc, out, json.loads(last.split(" ", 1)[1])

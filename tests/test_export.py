@@ -5,12 +5,28 @@ import shutil
 
 import pandas as pd
 import pytest
-
 from conftest import REPO
+
 from suite.cli import main
 
-TINY = ["--set", "p=11", "--set", "train_frac=0.5", "--set", "batch_size=16", "--set", "d=16", "--set", "hidden=32", "--steps", "20",
-        "--set", "eval_every=10", "--wandb", "off"]
+TINY = [
+    "--set",
+    "p=11",
+    "--set",
+    "train_frac=0.5",
+    "--set",
+    "batch_size=16",
+    "--set",
+    "d=16",
+    "--set",
+    "hidden=32",
+    "--steps",
+    "20",
+    "--set",
+    "eval_every=10",
+    "--wandb",
+    "off",
+]
 PROBE = next(REPO.glob("leaderboards/probes/runs/*/*/result.json"))  # a committed number-probe result
 
 
@@ -19,8 +35,23 @@ def root(tmp_path_factory):
     """Two trained runs (one a level deeper), a probe's result, and a result.json that is not one."""
     root = tmp_path_factory.mktemp("export") / "runs"
     assert main(["run", *TINY, "--out", str(root / "a")]) == 0
-    assert main(["run", *TINY, "--opt", "adamlr", "--set", "opt.lr=3e-3", "--seed", "1",
-                 "--out", str(root / "deeper" / "b")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                *TINY,
+                "--opt",
+                "adamlr",
+                "--set",
+                "opt.lr=3e-3",
+                "--seed",
+                "1",
+                "--out",
+                str(root / "deeper" / "b"),
+            ]
+        )
+        == 0
+    )
     (root / "probe").mkdir()
     shutil.copy(PROBE, root / "probe" / "result.json")
     (root / "torn").mkdir()
@@ -35,8 +66,11 @@ def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, 
     names = ["runs.csv", "runs.parquet", "curves.csv", "curves.parquet"]
     assert out.splitlines() == [str(root / "export" / name) for name in names]
     warnings = [line for line in err.splitlines() if "warning" in line]
-    assert len(warnings) == 1 and warnings[0].startswith(f"warning: skipped {root / 'torn' / 'result.json'}: ") \
+    assert (
+        len(warnings) == 1
+        and warnings[0].startswith(f"warning: skipped {root / 'torn' / 'result.json'}: ")
         and "not valid JSON (Expecting" in warnings[0]
+    )
 
     runs = pd.read_parquet(root / "export" / "runs.parquet")
     assert list(runs["run"]) == ["a", "deeper/b", "probe"]
@@ -44,11 +78,12 @@ def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, 
     for _, row in runs.iterrows():
         result = json.loads((root / row["run"] / "result.json").read_text())
         for kind, block in result["spec"].items():
-            for key, value in (block.items() if isinstance(block, dict) else [(None, block)]):
+            for key, value in block.items() if isinstance(block, dict) else [(None, block)]:
                 cell = row[kind if key is None else f"{kind}.{key}"]
                 assert (json.dumps(value) if isinstance(value, list) else value) == (None if pd.isna(cell) else cell)
-        for key in ("run_id", "wall_s", "device", "git_commit") + (("grok_step", "final_val_acc", "steps")
-                                                                   if row["runner"] == "train" else ()):
+        for key in ("run_id", "wall_s", "device", "git_commit") + (
+            ("grok_step", "final_val_acc", "steps") if row["runner"] == "train" else ()
+        ):
             assert (None if pd.isna(row[key]) else row[key]) == result[key], key
     b = runs.set_index("run").loc["deeper/b"]
     assert (b["opt.name"], b["opt.lr"], b["task.p"], b["train.steps"], b["seed"]) == ("adamlr", 0.003, 11, 20, 1)
@@ -74,7 +109,9 @@ def test_curves_are_every_metrics_line_in_long_format(root):
         assert list(mine["step"].drop_duplicates()) == [r["step"] for r in records] == [0, 10, 20]
         wide = mine.pivot(index="step", columns="metric", values="value")
         for record in records:
-            assert {k: v for k, v in record.items() if k != "step"} == pytest.approx(wide.loc[record["step"]].dropna().to_dict())  # step 0 has no train_acc_running
+            assert {k: v for k, v in record.items() if k != "step"} == pytest.approx(
+                wide.loc[record["step"]].dropna().to_dict()
+            )  # step 0 has no train_acc_running
     pd.testing.assert_frame_equal(pd.read_csv(root.parent / "elsewhere" / "curves.csv"), curves, check_dtype=False)
 
 
@@ -94,6 +131,8 @@ def test_nothing_to_export_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["export", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"error: no such directory: {tmp_path / 'nowhere'}",
-                   f"error: no readable result.json under {tmp_path / 'empty'}"]
+    assert err == [
+        f"error: no such directory: {tmp_path / 'nowhere'}",
+        f"error: no readable result.json under {tmp_path / 'empty'}",
+    ]
     assert not (tmp_path / "empty" / "export").exists()

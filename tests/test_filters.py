@@ -6,9 +6,10 @@ import io
 
 import pytest
 import torch
-
 from conftest import PreemptAt
-from suite.registry import ALL, SuiteError
+
+from suite import SuiteError
+from suite.registry import ALL
 from suite.spec import resolve
 from suite.train import Preempted, train
 
@@ -92,16 +93,30 @@ def _metrics(run_dir):
     return (run_dir / "metrics.jsonl").read_text()
 
 
-@pytest.mark.parametrize("choices,settings", [
-    ({"filter": "grokfast_ema"}, {}),
-    ({"filter": "grokfast_ma"}, {"filter.window": 7}),
-    ({"filter": "orthograd"}, {}),
-    ({"filter": "grokfast_ema", "opt": "adamlr", "sampler": "epoch"}, {"sampler.batch_size": 10}),
-    ({"sampler": "grad_softmax"}, {"sampler.batch_size": 10}),  # its running gradient norms
-])
+@pytest.mark.parametrize(
+    "choices,settings",
+    [
+        ({"filter": "grokfast_ema"}, {}),
+        ({"filter": "grokfast_ma"}, {"filter.window": 7}),
+        ({"filter": "orthograd"}, {}),
+        ({"filter": "grokfast_ema", "opt": "adamlr", "sampler": "epoch"}, {"sampler.batch_size": 10}),
+        ({"sampler": "grad_softmax"}, {"sampler.batch_size": 10}),  # its running gradient norms
+    ],
+)
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
-    spec = resolve(choices, {"p": 11, "batch_size": 16, "train.steps": 60, "train.eval_every": 10, "patience": None,
-                             "model.d": 8, "model.hidden": 16, **settings})
+    spec = resolve(
+        choices,
+        {
+            "p": 11,
+            "batch_size": 16,
+            "train.steps": 60,
+            "train.eval_every": 10,
+            "patience": None,
+            "model.d": 8,
+            "model.hidden": 16,
+            **settings,
+        },
+    )
     whole = train([spec], [tmp_path / "whole"], torch.device("cpu"))[0]
     with pytest.raises(Preempted):  # stops (with a checkpoint) right after the update of step 30
         train([spec], [tmp_path / "cut"], torch.device("cpu"), [PreemptAt(30)])

@@ -7,13 +7,12 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import REPO, TINY_FIXED, run_cli
+
 from suite.cli import main
 from suite.grid import load
 from suite.rundir import RunDir
 from suite.spec import canonical, resolve, spec_id
-
 
 
 def write(tmp_path, text, name="g.toml"):
@@ -23,7 +22,10 @@ def write(tmp_path, text, name="g.toml"):
 
 
 def test_expansion_order_overrides_and_experiments(tmp_path):
-    grid = load(write(tmp_path, """
+    grid = load(
+        write(
+            tmp_path,
+            """
         name = "demo"
         [fixed]
         p = 11
@@ -43,19 +45,33 @@ def test_expansion_order_overrides_and_experiments(tmp_path):
         name = "primes"
         fixed = { opt = "sgd", seed = 3 }
         axes = { p = [13, 17] }
-    """))
+    """,
+        )
+    )
     labels = [(c.experiment, c.label) for c in grid.cells]
     assert labels == [
-        ("main", "opt=adam seed=0"), ("main", "opt=adam seed=1"),
-        ("main", "opt=adamlr seed=0 c=2"), ("main", "opt=adamlr seed=0 c=8"),
-        ("main", "opt=adamlr seed=1 c=2"), ("main", "opt=adamlr seed=1 c=8"),
-        ("mul", "seed=0"), ("mul", "seed=1"),
-        ("primes", "p=13"), ("primes", "p=17"),  # the block's own axis wins over the file's fixed p
+        ("main", "opt=adam seed=0"),
+        ("main", "opt=adam seed=1"),
+        ("main", "opt=adamlr seed=0 c=2"),
+        ("main", "opt=adamlr seed=0 c=8"),
+        ("main", "opt=adamlr seed=1 c=2"),
+        ("main", "opt=adamlr seed=1 c=8"),
+        ("mul", "seed=0"),
+        ("mul", "seed=1"),
+        ("primes", "p=13"),
+        ("primes", "p=17"),  # the block's own axis wins over the file's fixed p
     ]
     specs = [c.spec for c in grid.cells]
     assert [s["task"]["p"] for s in specs] == [11] * 8 + [13, 17]
     assert [s["seed"] for s in specs[8:]] == [3, 3] and specs[8]["opt"]["name"] == "sgd"
-    assert [s["opt"]["lr"] for s in specs[:6]] == [0.01, 0.01, 0.003, 0.003, 0.003, 0.003]  # override only where opt=adamlr
+    assert [s["opt"]["lr"] for s in specs[:6]] == [
+        0.01,
+        0.01,
+        0.003,
+        0.003,
+        0.003,
+        0.003,
+    ]  # override only where opt=adamlr
     assert [s["opt"]["c"] for s in specs[2:6]] == [2.0, 8.0, 2.0, 8.0]
     assert specs[6]["task"]["op"] == "mul" and specs[6]["opt"]["name"] == "adam"
     # each cell is exactly what `suite run` would resolve, with the same id and run dir
@@ -65,12 +81,17 @@ def test_expansion_order_overrides_and_experiments(tmp_path):
 
 
 def test_same_spec_twice_is_one_cell(tmp_path):
-    grid = load(write(tmp_path, """
+    grid = load(
+        write(
+            tmp_path,
+            """
         [axes]
         "opt.lr" = [0.01, 1e-2]
         [[experiment]]
         [[experiment]]
-    """))
+    """,
+        )
+    )
     assert len(grid.cells) == 1
 
 
@@ -79,8 +100,13 @@ def test_cell_ids_are_stable_across_processes(tmp_path):
     path = REPO / "suite/grids/tiny.toml"
     here = [c.id for c in load(path).cells]
     code = f"from suite.grid import load; print(' '.join(c.id for c in load({str(path)!r}).cells))"
-    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.split()
+    there = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout.split()
     assert here == there and len(set(here)) == 4
 
 
@@ -90,27 +116,34 @@ def test_paper_grid_expands():
     assert len(grid.cells) == len({c.id for c in grid.cells}) == 273
     experiments = [c.experiment for c in grid.cells]
     assert {e: experiments.count(e) for e in set(experiments)} == {
-        "sampling": 216, "adam-vs-adamlr": 24, "c-sweep": 21, "one-hot": 12}  # c = 10 on a+b is shared
+        "sampling": 216,
+        "adam-vs-adamlr": 24,
+        "c-sweep": 21,
+        "one-hot": 12,
+    }  # c = 10 on a+b is shared
     c_sweep = {c.spec["opt"]["c"] for c in grid.cells if c.spec["opt"]["name"] == "adamlr"}
     assert c_sweep == {0.5, 1.0, 4.0, 8.0, 10.0, 16.0, 24.0, 32.0}
     assert all(c.spec["task"]["p"] == 97 and c.spec["opt"]["weight_decay"] == 1e-3 for c in grid.cells)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[axes\nopt = 1", "not a valid TOML file"),
-    ("[axis]\nopt = ['adam']", "unknown key 'axis' (did you mean 'axes'?)"),
-    ("[axes]\nlrr = [0.1]", "no chosen component takes 'lrr'"),
-    ("[axes]\nopt = ['adam', 'adamm']", "unknown optimizer 'adamm' (did you mean 'adam'?)"),
-    ("[axes]\nop = ['add', 'pow']", "op='pow' is not one of"),
-    ("[fixed]\np = 'eleven'", "p takes int"),
-    ("[axes]\nseed = [0, -1]", "seed must be a non-negative integer"),
-    ("[axes]\nopt = 'adam'", "axis 'opt' must be a list"),
-    ("[axes]\nopt = []", "axis 'opt' is an empty list"),
-    ("[axes]\nopt = ['adam']\n[overrides.'opt=adamw']\nlr = 0.1", "override 'opt=adamw' matches no cell"),
-    ("[overrides.'optadam']\nlr = 0.1", "must read KEY=VALUE"),
-    ("[slurm]\npartiton = 'gpu'", "unknown key 'partiton' (did you mean 'partition'?)"),
-    ("[fixed]\nop = 'add'\n[axes]\nop = ['mul']", "'op' is both fixed and an axis"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[axes\nopt = 1", "not a valid TOML file"),
+        ("[axis]\nopt = ['adam']", "unknown key 'axis' (did you mean 'axes'?)"),
+        ("[axes]\nlrr = [0.1]", "no chosen component takes 'lrr'"),
+        ("[axes]\nopt = ['adam', 'adamm']", "unknown optimizer 'adamm' (did you mean 'adam'?)"),
+        ("[axes]\nop = ['add', 'pow']", "op='pow' is not one of"),
+        ("[fixed]\np = 'eleven'", "p takes int"),
+        ("[axes]\nseed = [0, -1]", "seed must be a non-negative integer"),
+        ("[axes]\nopt = 'adam'", "axis 'opt' must be a list"),
+        ("[axes]\nopt = []", "axis 'opt' is an empty list"),
+        ("[axes]\nopt = ['adam']\n[overrides.'opt=adamw']\nlr = 0.1", "override 'opt=adamw' matches no cell"),
+        ("[overrides.'optadam']\nlr = 0.1", "must read KEY=VALUE"),
+        ("[slurm]\npartiton = 'gpu'", "unknown key 'partiton' (did you mean 'partition'?)"),
+        ("[fixed]\nop = 'add'\n[axes]\nop = ['mul']", "'op' is both fixed and an axis"),
+    ],
+)
 def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -122,7 +155,9 @@ def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, text,
 
 
 def test_experiment_flag_picks_blocks_and_names_the_closest_on_a_typo(tmp_path, capsys):
-    grid = write(tmp_path, """
+    grid = write(
+        tmp_path,
+        """
         [fixed]
         p = 11
         [[experiment]]
@@ -131,19 +166,23 @@ def test_experiment_flag_picks_blocks_and_names_the_closest_on_a_typo(tmp_path, 
         [[experiment]]
         name = "filters"
         axes = { filter = ["grokfast_ema", "orthograd"] }
-    """)
+    """,
+    )
     root = tmp_path / "runs"
     cells = load(grid).cells
     assert main(["grid", str(grid), "--dry-run", "--root", str(root), "--experiment", "filters"]) == 0
     listed = capsys.readouterr().out.split()[::2]
     assert listed == [str(c.run_dir(root)) for c in cells if c.experiment == "filters"] and len(listed) == 2
-    assert main(["status", str(grid), "--root", str(root), "--experiment", "optimizers",
-                 "--experiment", "filters"]) == 0
+    assert (
+        main(["status", str(grid), "--root", str(root), "--experiment", "optimizers", "--experiment", "filters"]) == 0
+    )
     assert capsys.readouterr().out.strip().splitlines()[-1] == "4 cells: 0 done, 4 missing"
     for command in ("grid", "status"):
         assert main([command, str(grid), "--root", str(root), "--experiment", "filter"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"error: {grid} has no experiment 'filter' (did you mean 'filters'?); known: optimizers, filters"]
+        assert err == [
+            f"error: {grid} has no experiment 'filter' (did you mean 'filters'?); known: optimizers, filters"
+        ]
     assert not root.exists()
 
 
@@ -153,10 +192,14 @@ def test_missing_grid_file(tmp_path, capsys):
 
 
 def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_path, capsys):
-    grid = write(tmp_path, TINY_FIXED + """
+    grid = write(
+        tmp_path,
+        TINY_FIXED
+        + """
         [axes]
         opt = ["adam", "sgd"]
-    """)
+    """,
+    )
     root = tmp_path / "runs"
     cells = load(grid).cells
     dirs = [RunDir(c.run_dir(root)) for c in cells]
@@ -164,8 +207,17 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert capsys.readouterr().out.split() == [str(dirs[0].path), "[opt=adam]", str(dirs[1].path), "[opt=sgd]"]
 
     # Workers share the cores: one thread each, waiting passively, whatever the caller's environment says.
-    proc = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", root,
-                   env={"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "ACTIVE"})
+    proc = run_cli(
+        "grid",
+        grid,
+        "--backend",
+        "local",
+        "--workers",
+        "2",
+        "--root",
+        root,
+        env={"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "ACTIVE"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "2 cells, 0 done, 0 running, 2 to run" in proc.stderr and proc.stderr.count("] done ") == 2
     assert all(d.status() == "done" for d in dirs)
@@ -188,7 +240,9 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert (dirs[0] / "result.json").stat().st_mtime_ns == stamp
     timing = {"wall_s", "steps_per_s", "git_commit", "git_dirty"}  # how long, and which commit: not what
     again = json.loads((dirs[1] / "result.json").read_text())
-    assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in results[1].items() if k not in timing}
+    assert {k: v for k, v in again.items() if k not in timing} == {
+        k: v for k, v in results[1].items() if k not in timing
+    }
 
     assert main(["grid", str(grid), "--root", str(root)]) == 0
     assert "2 cells, 2 done, 0 running, 0 to run" in capsys.readouterr().err
@@ -203,8 +257,10 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
     running, interrupted = RunDir(cells[0].run_dir(root)), RunDir(cells[1].run_dir(root))
     interrupted.path.mkdir(parents=True)
     (interrupted / "checkpoint.pt").write_bytes(b"")
-    probe = ("import sys, time; from suite.rundir import RunDir; rd = RunDir(sys.argv[1]); rd.lock(); "
-             "print('locked', flush=True); time.sleep(60)")
+    probe = (
+        "import sys, time; from suite.rundir import RunDir; rd = RunDir(sys.argv[1]); rd.lock(); "
+        "print('locked', flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", probe, str(running.path)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -231,7 +287,15 @@ def test_outcome_line_of_a_cell_without_milestones(tmp_path):
     (run_dir / "result.json").write_text(json.dumps({"wall_s": 31.25}))
     line = _outcome_line(1, 2, "done", cell, tmp_path, "cell.log")
     assert line.endswith("[model=minilm]  31.2 s")
-    (run_dir / "result.json").write_text(json.dumps({"runner": "probe", "wall_s": 31.25, "numbers": {
-        "best": {"by_ev_ordered": {"layer": 3}}}, "letters": {"best": {"by_ev_ordered": None}}}))
+    (run_dir / "result.json").write_text(
+        json.dumps(
+            {
+                "runner": "probe",
+                "wall_s": 31.25,
+                "numbers": {"best": {"by_ev_ordered": {"layer": 3}}},
+                "letters": {"best": {"by_ev_ordered": None}},
+            }
+        )
+    )
     line = _outcome_line(1, 2, "done", cell, tmp_path, "cell.log")
     assert line.endswith("[model=minilm]  numbers: ordered layer 3  letters: ordered layer none  31.2 s")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import torch
+from conftest import build_one
 from torch import nn
 
 from suite.hessian import hessian_measures
 from suite.measures import LOSSES
 from suite.spec import resolve
 from suite.train import train
-from conftest import build_one
 
 
 class Quadratic(nn.Module):
@@ -36,7 +36,9 @@ def _sum_loss(out, y, reduction):
 
 
 def _symmetric(eigenvalues, seed):
-    q, _ = torch.linalg.qr(torch.randn(len(eigenvalues), len(eigenvalues), generator=torch.Generator().manual_seed(seed)))
+    q, _ = torch.linalg.qr(
+        torch.randn(len(eigenvalues), len(eigenvalues), generator=torch.Generator().manual_seed(seed))
+    )
     return q @ torch.diag(torch.tensor(eigenvalues)) @ q.T
 
 
@@ -68,7 +70,9 @@ def test_matches_the_full_hessian_of_a_tiny_network():
 def test_every_k_evaluations_without_changing_the_run(tmp_path):
     settings = {"p": 11, "batch_size": 16, "train.steps": 40, "train.eval_every": 10, "model.d": 8, "model.hidden": 16}
     (plain,) = train([resolve(settings=settings)], [tmp_path / "plain"], torch.device("cpu"))
-    (measured,) = train([resolve(settings={**settings, "hessian_every": 2})], [tmp_path / "measured"], torch.device("cpu"))
+    (measured,) = train(
+        [resolve(settings={**settings, "hessian_every": 2})], [tmp_path / "measured"], torch.device("cpu")
+    )
     records = [json.loads(line) for line in (tmp_path / "measured" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "hessian_W" in r] == [0, 20, 40]
     assert all("hessian_E" in r for r in records if "hessian_W" in r)

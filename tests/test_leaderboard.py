@@ -39,8 +39,11 @@ def board(tmp_path_factory) -> Path:
 
 
 def files(out: Path, suffixes=None) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and (suffixes is None or p.suffix in suffixes)}
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and (suffixes is None or p.suffix in suffixes)
+    }
 
 
 def test_tables_match_the_committed_copy(board):
@@ -130,14 +133,25 @@ def test_each_row_is_compared_with_the_matching_plain_adam_row(board):
 
 def test_baseline_is_the_plain_row_that_agrees_most_then_the_fastest():
     def method(opt="adam", lr=1e-3, bs=512, sampler="random", **extra):
-        return {"opt.name": opt, "opt.lr": lr, "opt.weight_decay": 1e-3, "filter.name": "none",
-                "sampler.name": sampler, "sampler.batch_size": bs, "train.loss": "ce", **extra}
+        return {
+            "opt.name": opt,
+            "opt.lr": lr,
+            "opt.weight_decay": 1e-3,
+            "filter.name": "none",
+            "sampler.name": sampler,
+            "sampler.batch_size": bs,
+            "train.loss": "ce",
+            **extra,
+        }
 
     def row(label, settings, ttt, seeds=3):
         return {"method": label, "settings": settings, "time_to_target": ttt, "seeds": seeds}
 
-    plain = [row("adam lr=0.001 bs=64", method(bs=64), 900.0), row("adam lr=0.001 bs=512", method(), 700.0),
-             row("adam lr=0.01 bs=512", method(lr=1e-2), 300.0)]
+    plain = [
+        row("adam lr=0.001 bs=64", method(bs=64), 900.0),
+        row("adam lr=0.001 bs=512", method(), 700.0),
+        row("adam lr=0.01 bs=512", method(lr=1e-2), 300.0),
+    ]
     assert all(is_plain(r["settings"]) for r in plain)
     assert not is_plain(method(sampler="frequency")) and not is_plain(method(opt="adamlr"))
     assert pick_baseline(method(opt="adamlr", lr=1e-2, **{"opt.c": 10.0}), plain)["method"] == "adam lr=0.01 bs=512"
@@ -181,17 +195,32 @@ def test_time_to_target_is_the_median_with_failures_as_inf():
     assert row(held, never, late)["time_to_target"] == 150  # 50, inf, 150
     assert math.isinf(row(held, never)["time_to_target"])
     touched = row([0.1, 0.995, 0.2, 0.1], held)  # touched then collapsed: a failure, and counted as touched
-    assert (touched["grokked"], touched["touched"], touched["collapsed"], touched["times"]) == (1, 2, 1, [math.inf, 50.0])
+    assert (touched["grokked"], touched["touched"], touched["collapsed"], touched["times"]) == (
+        1,
+        2,
+        1,
+        [math.inf, 50.0],
+    )
     assert (touched["best_val_median"], touched["final_val_min"], touched["final_val_max"]) == (0.995, 0.1, 0.995)
 
 
 def test_performance_profile_scores():
-    rows = [("A", "m1", 100), ("A", "m2", 200), ("A", "m3", math.inf),
-            ("B", "m1", 300), ("B", "m2", 100),
-            ("C", "m1", 50),  # one method only: compares nothing
-            ("D", "m1", math.inf), ("D", "m2", math.inf)]  # nobody reached the target
-    table = pd.DataFrame([{"task": "t", "model": "m", "cell_label": c, "method": m, "time_to_target": float(t),
-                           "settings": {}} for c, m, t in rows])
+    rows = [
+        ("A", "m1", 100),
+        ("A", "m2", 200),
+        ("A", "m3", math.inf),
+        ("B", "m1", 300),
+        ("B", "m2", 100),
+        ("C", "m1", 50),  # one method only: compares nothing
+        ("D", "m1", math.inf),
+        ("D", "m2", math.inf),
+    ]  # nobody reached the target
+    table = pd.DataFrame(
+        [
+            {"task": "t", "model": "m", "cell_label": c, "method": m, "time_to_target": float(t), "settings": {}}
+            for c, m, t in rows
+        ]
+    )
     ratios, scores = performance_profile(table, tau_max=4)
     assert sorted(ratios["cell"].unique()) == ["A", "B"]
     by = scores.set_index("method")
@@ -203,16 +232,31 @@ def test_performance_profile_scores():
 
 
 def test_labels_name_only_what_varies():
-    base = {"opt.name": "adam", "opt.lr": 0.01, "filter.name": "none", "sampler.name": "random",
-            "sampler.batch_size": 512, "train.loss": "ce"}
-    methods = [base, {**base, "opt.name": "adamlr", "opt.c": 4.0}, {**base, "opt.name": "adamlr", "opt.c": 10.0},
-               {**base, "filter.name": "grokfast_ema", "filter.alpha": 0.98}, {**base, "sampler.batch_size": 64},
-               {**base, "train.loss": "stablemax"}]
+    base = {
+        "opt.name": "adam",
+        "opt.lr": 0.01,
+        "filter.name": "none",
+        "sampler.name": "random",
+        "sampler.batch_size": 512,
+        "train.loss": "ce",
+    }
+    methods = [
+        base,
+        {**base, "opt.name": "adamlr", "opt.c": 4.0},
+        {**base, "opt.name": "adamlr", "opt.c": 10.0},
+        {**base, "filter.name": "grokfast_ema", "filter.alpha": 0.98},
+        {**base, "sampler.batch_size": 64},
+        {**base, "train.loss": "stablemax"},
+    ]
     label = MethodLabels({i: m for i, m in enumerate(methods)})
     assert [label(m) for m in methods] == [
-        "adam / random bs=512 / loss=ce", "adamlr c=4 / random bs=512 / loss=ce", "adamlr c=10 / random bs=512 / loss=ce",
-        "adam + grokfast_ema / random bs=512 / loss=ce", "adam / random bs=64 / loss=ce",
-        "adam / random bs=512 / loss=stablemax"]
+        "adam / random bs=512 / loss=ce",
+        "adamlr c=4 / random bs=512 / loss=ce",
+        "adamlr c=10 / random bs=512 / loss=ce",
+        "adam + grokfast_ema / random bs=512 / loss=ce",
+        "adam / random bs=64 / loss=ce",
+        "adam / random bs=512 / loss=stablemax",
+    ]
     assert label(methods[1], drop=("opt.c", "sampler", "train.loss")) == "adamlr"
     cells = [{"task.name": "modular", "task.p": p, "model.name": "mlp", "model.d": 32} for p in (23, 31)]
     assert [CellLabels({i: c for i, c in enumerate(cells)})(c) for c in cells] == ["p=23", "p=31"]
@@ -272,10 +316,18 @@ def test_probe_results_get_a_per_layer_table_and_plot(tmp_path):
     def layer(i, ev):
         return {"layer": i, "pca_ev": {"mean": ev, "std": 0.01}, "rho": {"mean": 0.5, "std": None}}
 
-    series = {name: {"layers": [layer(i, scale * i) for i in range(3)], "best": {"by_ev": layer(2, 2 * scale), "by_ev_ordered": None}}
-              for name, scale in (("numbers", 0.1), ("letters", 0.05))}
-    result = {"spec": {"task": {"name": "number_probe"}, "model": {"name": "smollm2"}, "seed": 0},
-              **series, "git_commit": "f" * 40}
+    series = {
+        name: {
+            "layers": [layer(i, scale * i) for i in range(3)],
+            "best": {"by_ev": layer(2, 2 * scale), "by_ev_ordered": None},
+        }
+        for name, scale in (("numbers", 0.1), ("letters", 0.05))
+    }
+    result = {
+        "spec": {"task": {"name": "number_probe"}, "model": {"name": "smollm2"}, "seed": 0},
+        **series,
+        "git_commit": "f" * 40,
+    }
     (run / "result.json").write_text(json.dumps(result))
     written = generate(tmp_path / "runs", tmp_path / "out")
     assert {"probes.md", "probes.csv", "index.md"} <= set(written)
@@ -291,13 +343,29 @@ def test_probe_results_get_a_per_layer_table_and_plot(tmp_path):
 
 def write_train_run(root: Path, seed: int, opt: str = "adam", grok_step: int | None = 300) -> Path:
     """A training run's result.json, without metrics (so no curves to draw): cheap to tabulate."""
-    spec = {"task": {"name": "modular", "p": 23}, "model": {"name": "mlp"}, "opt": {"name": opt, "lr": 0.001},
-            "filter": {"name": "none"}, "sampler": {"name": "random", "batch_size": 64},
-            "train": {"steps": 1000, "eval_every": 100, "memorization": 0.99, "target": 0.95}, "seed": seed}
+    spec = {
+        "task": {"name": "modular", "p": 23},
+        "model": {"name": "mlp"},
+        "opt": {"name": opt, "lr": 0.001},
+        "filter": {"name": "none"},
+        "sampler": {"name": "random", "batch_size": 64},
+        "train": {"steps": 1000, "eval_every": 100, "memorization": 0.99, "target": 0.95},
+        "seed": seed,
+    }
     run = root / f"modular-mlp-{opt}" / f"seed{seed}"
     run.mkdir(parents=True)
-    (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "memorization_step": 100,
-                                                 "grok_step": grok_step, "wall_s": 1.0, "git_commit": "a" * 40}))
+    (run / "result.json").write_text(
+        json.dumps(
+            {
+                "spec": spec,
+                "runner": "train",
+                "memorization_step": 100,
+                "grok_step": grok_step,
+                "wall_s": 1.0,
+                "git_commit": "a" * 40,
+            }
+        )
+    )
     return run
 
 
@@ -364,8 +432,9 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
         write_train_run(root, seed)
     toy = root / "toy-m" / "seed0"
     toy.mkdir(parents=True)
-    (toy / "result.json").write_text(json.dumps({"spec": {"task": {"name": "toy"}, "model": {"name": "m"}, "seed": 0},
-                                                 "runner": "toy", "score": 7}))
+    (toy / "result.json").write_text(
+        json.dumps({"spec": {"task": {"name": "toy"}, "model": {"name": "m"}, "seed": 0}, "runner": "toy", "score": 7})
+    )
 
     @sections.section("cell")
     def seeds(cell):
@@ -383,7 +452,10 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
     out = tmp_path / "out"
     generate(root, out)
     page = (out / "modular-mlp.md").read_text()
-    assert "![seeds](modular-mlp/all.seeds.png)" in page and "## Extra: everything\n\n![extra](modular-mlp/everything.extra.png)" in page
+    assert (
+        "![seeds](modular-mlp/all.seeds.png)" in page
+        and "## Extra: everything\n\n![extra](modular-mlp/everything.extra.png)" in page
+    )
     assert (out / "modular-mlp/all.seeds.png").read_text() == "2 seeds of modular / mlp"
     assert (out / "modular-mlp/everything.extra.png").read_text() == "1 rows"
     assert (out / "toy.md").read_text() == "1 result, score 7\n"
@@ -405,7 +477,7 @@ def test_each_split_shows_its_operand_probabilities_in_train_and_test():
 
     probs = dict(split_tokens({s: cell(s) for s in ("skewed", "random", "uniform")}))
     assert list(probs) == ["uniform", "random", "skewed"]  # the plots' order
-    for split, sets in probs.items():
+    for sets in probs.values():
         for which in ("train", "test"):
             assert all(len(p) == 31 and abs(p.sum() - 1) < 1e-6 for p in sets[which])
     even = 1 / 31
@@ -428,7 +500,13 @@ def test_the_sampling_figure_names_each_skew_and_ignores_it_where_the_split_does
         task = resolve({}, {"p": 31, "split": split, "skew": skew})["task"]
         return {f"task.{k}": v for k, v in task.items()}
 
-    cells = [cell("skewed", 5.0), cell("random", 3.0), cell("skewed", 0.5), cell("skewed_train", 3.0), cell("uniform", 5.0)]
+    cells = [
+        cell("skewed", 5.0),
+        cell("random", 3.0),
+        cell("skewed", 0.5),
+        cell("skewed_train", 3.0),
+        cell("uniform", 5.0),
+    ]
     labelled = {split_label(c): c for c in cells}
     assert split_order(labelled) == ("uniform", "random", "skewed skew=0.5", "skewed skew=5", "skewed_train skew=3")
     probs = dict(split_tokens(labelled))
@@ -436,18 +514,35 @@ def test_the_sampling_figure_names_each_skew_and_ignores_it_where_the_split_does
     assert strong[:5].sum() > mild[:5].sum()  # the figure draws each strength's own split
 
 
-def write_curve_run(root: Path, seed: int, vals: list[float], opt: str = "adam", steps: int = 1000, bs: int = 64,
-                    split: str = "random") -> Path:
+def write_curve_run(
+    root: Path, seed: int, vals: list[float], opt: str = "adam", steps: int = 1000, bs: int = 64, split: str = "random"
+) -> Path:
     """A training run with its metrics: val acc per evaluation every 100 steps, hold 200."""
-    spec = {"task": {"name": "modular", "p": 23, "split": split}, "model": {"name": "mlp"},
-            "opt": {"name": opt, "lr": 0.001}, "filter": {"name": "none"}, "sampler": {"name": "random", "batch_size": bs},
-            "train": {"steps": steps, "eval_every": 100, "memorization": 0.99, "target": 0.95, "hold": 200,
-                      "patience": 200}, "seed": seed}
+    spec = {
+        "task": {"name": "modular", "p": 23, "split": split},
+        "model": {"name": "mlp"},
+        "opt": {"name": opt, "lr": 0.001},
+        "filter": {"name": "none"},
+        "sampler": {"name": "random", "batch_size": bs},
+        "train": {
+            "steps": steps,
+            "eval_every": 100,
+            "memorization": 0.99,
+            "target": 0.95,
+            "hold": 200,
+            "patience": 200,
+        },
+        "seed": seed,
+    }
     run = root / f"modular-mlp-{opt}-{split}-bs{bs}" / f"seed{seed}-{steps}"
     run.mkdir(parents=True)
-    (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "wall_s": 1.0, "git_commit": "a" * 40}))
-    records = [{"step": 100 * i, "train_acc": 1.0, "val_acc": v, "train_loss": 0.1, "val_loss": 1.0}
-               for i, v in enumerate(vals)]
+    (run / "result.json").write_text(
+        json.dumps({"spec": spec, "runner": "train", "wall_s": 1.0, "git_commit": "a" * 40})
+    )
+    records = [
+        {"step": 100 * i, "train_acc": 1.0, "val_acc": v, "train_loss": 0.1, "val_loss": 1.0}
+        for i, v in enumerate(vals)
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return run
 
@@ -490,9 +585,25 @@ def test_the_baseline_column_names_a_row_on_a_board_that_mixes_cells(tmp_path):
 
 
 def test_the_profile_races_methods_only_at_the_same_batch_size():
-    rows = [("adam bs=64", 64, 900), ("sampler bs=64", 64, 1000), ("adam bs=512", 512, 300), ("sampler bs=512", 512, 200)]
-    table = pd.DataFrame([{"task": "t", "model": "m", "cell_label": "A", "method": m, "time_to_target": float(t),
-                           "settings": {"sampler.batch_size": bs}} for m, bs, t in rows])
+    rows = [
+        ("adam bs=64", 64, 900),
+        ("sampler bs=64", 64, 1000),
+        ("adam bs=512", 512, 300),
+        ("sampler bs=512", 512, 200),
+    ]
+    table = pd.DataFrame(
+        [
+            {
+                "task": "t",
+                "model": "m",
+                "cell_label": "A",
+                "method": m,
+                "time_to_target": float(t),
+                "settings": {"sampler.batch_size": bs},
+            }
+            for m, bs, t in rows
+        ]
+    )
     ratios, scores = performance_profile(table, tau_max=4)
     assert sorted(ratios["cell"].unique()) == ["A bs=512", "A bs=64"]
     by = ratios.set_index("method")["ratio"]

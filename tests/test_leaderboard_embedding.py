@@ -19,23 +19,46 @@ from suite.leaderboard.studies import embedding_questions as study
 STEPS, EVERY = 1000, 100
 
 
-def write_run(root: Path, seed: int, opt: str = "adam", wd: float = 1e-3, grok_step: int | None = 300,
-              extra=lambda step, seed: {}) -> None:
+def write_run(
+    root: Path, seed: int, opt: str = "adam", wd: float = 1e-3, grok_step: int | None = 300, extra=lambda step, seed: {}
+) -> None:
     """A synthetic training run: spec, result and one metrics record per evaluation (and one at
     the grok step), the record's extra columns given by extra(step, seed)."""
-    spec = {"task": {"name": "modular", "p": 23}, "model": {"name": "mlp"},
-            "opt": {"name": opt, "lr": 0.001, "weight_decay": wd}, "filter": {"name": "none"},
-            "sampler": {"name": "random", "batch_size": 64},
-            "train": {"steps": STEPS, "eval_every": EVERY, "memorization": 0.99, "target": 0.95, "hold": 0},
-            "seed": seed}
+    spec = {
+        "task": {"name": "modular", "p": 23},
+        "model": {"name": "mlp"},
+        "opt": {"name": opt, "lr": 0.001, "weight_decay": wd},
+        "filter": {"name": "none"},
+        "sampler": {"name": "random", "batch_size": 64},
+        "train": {"steps": STEPS, "eval_every": EVERY, "memorization": 0.99, "target": 0.95, "hold": 0},
+        "seed": seed,
+    }
     run = root / f"{opt}-wd{wd:g}" / f"seed{seed}"
     run.mkdir(parents=True)
     (run / "spec.json").write_text(json.dumps(spec))
-    (run / "result.json").write_text(json.dumps({"spec": spec, "runner": "train", "memorization_step": 100,
-                                                 "grok_step": grok_step, "wall_s": 1.0, "git_commit": "a" * 40}))
-    records = [{"step": s, "train_acc": min(1.0, s / 200), "val_acc": 1.0 if grok_step and s >= grok_step else 0.1,
-                "emb_norm_rare": 1.0, "emb_norm_frequent": 2.0, **extra(s, seed)}
-               for s in sorted(set(range(0, STEPS + 1, EVERY)) | ({grok_step} if grok_step else set()))]
+    (run / "result.json").write_text(
+        json.dumps(
+            {
+                "spec": spec,
+                "runner": "train",
+                "memorization_step": 100,
+                "grok_step": grok_step,
+                "wall_s": 1.0,
+                "git_commit": "a" * 40,
+            }
+        )
+    )
+    records = [
+        {
+            "step": s,
+            "train_acc": min(1.0, s / 200),
+            "val_acc": 1.0 if grok_step and s >= grok_step else 0.1,
+            "emb_norm_rare": 1.0,
+            "emb_norm_frequent": 2.0,
+            **extra(s, seed),
+        }
+        for s in sorted(set(range(0, STEPS + 1, EVERY)) | ({grok_step} if grok_step else set()))
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -84,8 +107,13 @@ def test_hessian_draws_the_median_and_band_over_seeds_of_the_measured_steps(tmp_
 
 
 def frequency_groups(step, seed):
-    return {"val_acc_rare": step / 2000 + seed / 100, "val_acc_middle": step / 1500,
-            "val_acc_frequent": step / 1000, "emb_norm_rare": 0.5, "emb_norm_frequent": 1.5}
+    return {
+        "val_acc_rare": step / 2000 + seed / 100,
+        "val_acc_middle": step / 1500,
+        "val_acc_frequent": step / 1000,
+        "emb_norm_rare": 0.5,
+        "emb_norm_frequent": 1.5,
+    }
 
 
 def test_val_by_frequency_is_written_only_where_the_runs_recorded_the_groups(tmp_path):
@@ -112,13 +140,13 @@ def test_val_by_frequency_has_a_panel_per_group_and_the_rare_vs_frequent_norms(t
 def test_log_log_slope_recovers_the_power_of_one_over_lambda():
     wd = np.array([1e-3, 3e-3, 1e-2, 3e-2, 0.1])
     assert study.log_log_slope(1 / wd, 5.0 / wd) == pytest.approx(1.0)
-    assert study.log_log_slope(1 / wd, 0.2 / wd ** 2) == pytest.approx(2.0)
+    assert study.log_log_slope(1 / wd, 0.2 / wd**2) == pytest.approx(2.0)
     assert math.isnan(study.log_log_slope([100.0], [300.0]))  # one point: no slope
 
 
 def equilibrium_norm(wd):
     # the prediction: a rare row settles at ~ p / lambda, so norm x lambda = 0.5 whatever lambda
-    return lambda step, seed: {"emb_norm_rare": 0.5 / wd * (1 + seed ** 2 / 10) if step == STEPS else 1.0}
+    return lambda step, seed: {"emb_norm_rare": 0.5 / wd * (1 + seed**2 / 10) if step == STEPS else 1.0}
 
 
 def write_wd_sweep(root: Path, wds, opts=("adam",)) -> None:
@@ -167,7 +195,8 @@ def test_weight_decay_figure_is_written_at_the_end_of_the_page(tmp_path):
     assert "modular-mlp/weight_decay.wd_frequency.png" in written
     page = (tmp_path / "out/modular-mlp.md").read_text()
     assert page.rstrip().endswith(
-        "## Weight decay x token frequency\n\n![wd_frequency](modular-mlp/weight_decay.wd_frequency.png)")
+        "## Weight decay x token frequency\n\n![wd_frequency](modular-mlp/weight_decay.wd_frequency.png)"
+    )
 
 
 def test_the_slope_leaves_out_rows_where_only_some_seeds_grokked(tmp_path, figures):

@@ -8,8 +8,9 @@ from suite.milestones import Milestones
 
 
 def replay(vals, hold, target=0.99, every=100):
-    return Milestones.of([{"step": i * every, "train_acc": 1.0, "val_acc": v} for i, v in enumerate(vals)],
-                         0.99, target, hold)
+    return Milestones.of(
+        [{"step": i * every, "train_acc": 1.0, "val_acc": v} for i, v in enumerate(vals)], 0.99, target, hold
+    )
 
 
 def test_a_touch_that_falls_back_before_the_hold_ends_is_not_a_grok():
@@ -36,10 +37,13 @@ def test_hold_zero_is_the_first_touch_and_the_budget_cuts_an_unfinished_hold():
     assert Milestones.of(records, 0.99, 0.99, 300, until=300).grok_step is None  # the hold ran past the budget
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"hold": -1}, "hold and patience must be >= 0"),
-    ({"hold": 1000, "patience": 500}, "patience \\(500\\) is shorter than hold \\(1000\\)"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"hold": -1}, "hold and patience must be >= 0"),
+        ({"hold": 1000, "patience": 500}, "patience \\(500\\) is shorter than hold \\(1000\\)"),
+    ],
+)
 def test_a_run_may_not_stop_before_its_hold_window_ends(settings, message):
     with pytest.raises(SuiteError, match=message):
         TrainConfig(**settings)

@@ -1,17 +1,24 @@
 import pytest
 import torch
+from suite.tasks.modular import OPS, modular
 
 from suite import SuiteError
-from suite.tasks.modular import OPS, modular
 
 
 def pairs(x):
     return {(int(a), int(b)) for a, _, b, _ in x.tolist()}
 
 
-@pytest.mark.parametrize("op, expected", [("add", lambda a, b: (a + b) % 13), ("sub", lambda a, b: (a - b) % 13),
-                                          ("mul", lambda a, b: a * b % 13), ("sqsum", lambda a, b: (a * a + b * b) % 13),
-                                          ("div", lambda a, b: next(c for c in range(13) if c * b % 13 == a))])
+@pytest.mark.parametrize(
+    "op, expected",
+    [
+        ("add", lambda a, b: (a + b) % 13),
+        ("sub", lambda a, b: (a - b) % 13),
+        ("mul", lambda a, b: a * b % 13),
+        ("sqsum", lambda a, b: (a * a + b * b) % 13),
+        ("div", lambda a, b: next(c for c in range(13) if c * b % 13 == a)),
+    ],
+)
 def test_labels_and_token_layout(op, expected):
     data = modular(0, p=13, op=op)
     x = torch.cat([data.x_train, data.x_val])
@@ -40,11 +47,13 @@ def test_split_depends_on_seed_and_data_seed_pins_it():
 def test_uniform_split_spreads_every_operand_evenly_over_train_and_test(op):
     """The paper: "distribute all combinations of a and b evenly across training and test sets"."""
     data = modular(0, p=97, split="uniform", op=op)
-    assert len(data.y_train) == round(0.3 * data.info["n_pairs"]) and len(data.y_val) == round(0.2 * data.info["n_pairs"])
+    assert len(data.y_train) == round(0.3 * data.info["n_pairs"]) and len(data.y_val) == round(
+        0.2 * data.info["n_pairs"]
+    )
     assert not pairs(data.x_train) & pairs(data.x_val)
     for x in (data.x_train, data.x_val):
         for column in (0, 2):
-            counts = torch.bincount(x[:, column], minlength=97)[1 if op == "div" and column == 2 else 0:]
+            counts = torch.bincount(x[:, column], minlength=97)[1 if op == "div" and column == 2 else 0 :]
             assert counts.max() - counts.min() <= 1, counts
     random = modular(0, p=97)
     for x in (random.x_train, random.x_val):
@@ -111,11 +120,17 @@ def test_token_frequencies_count_training_inputs():
     assert data.token_freq[13] == len(data.y_train)  # the operator is in every example
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"p": 15}, "prime"), ({"p": 2}, "prime >= 3"), ({"test_frac": 0.0}, r"test_frac must be in \(0, 1\)"),
-    ({"train_frac": 1.5}, "train_frac"), ({"train_frac": 0.9, "test_frac": 0.2}, "<= 1"),
-    ({"split": "rec", "k": 40, "p": 13}, "k must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"p": 15}, "prime"),
+        ({"p": 2}, "prime >= 3"),
+        ({"test_frac": 0.0}, r"test_frac must be in \(0, 1\)"),
+        ({"train_frac": 1.5}, "train_frac"),
+        ({"train_frac": 0.9, "test_frac": 0.2}, "<= 1"),
+        ({"split": "rec", "k": 40, "p": 13}, "k must be"),
+    ],
+)
 def test_bad_task_settings(kwargs, message):
     with pytest.raises(SuiteError, match=message):
         modular(0, **kwargs)

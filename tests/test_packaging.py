@@ -7,7 +7,6 @@ import sys
 import sysconfig
 
 import pytest
-
 from conftest import REPO
 
 
@@ -16,16 +15,28 @@ def installed(tmp_path_factory):
     """The suite's wheel, built from this checkout and installed into a fresh venv whose other
     packages (torch, ...) come from the test environment."""
     tmp = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp / "dist",
-                    REPO], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp / "dist", REPO],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = (tmp / "dist").glob("grokking_suite-*.whl")
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel],
-                   check=True, capture_output=True, timeout=300)
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # the test environment's packages, as a plain path: its editable install of this checkout stays out
     deps = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
     (tmp / "venv" / purelib.split(str(venv) + "/", 1)[1] / "deps.pth").write_text("\n".join(sorted(deps)) + "\n")
@@ -38,22 +49,45 @@ def installed(tmp_path_factory):
 
 def _suite(installed, *args):
     python, work = installed
-    return subprocess.run([python, "-m", "suite", *args], cwd=work, capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [python, "-m", "suite", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_the_wheel_is_the_whole_suite_not_the_checkout(installed):
     python, work = installed
-    where = subprocess.run([python, "-c", "import suite, suite.tasks, suite.models; "
-                                          "print(suite.__file__, suite.tasks.__file__, suite.models.__file__)"],
-                           cwd=work, capture_output=True, text=True, check=True).stdout.split()
+    where = subprocess.run(
+        [
+            python,
+            "-c",
+            "import suite, suite.tasks, suite.models; "
+            "print(suite.__file__, suite.tasks.__file__, suite.models.__file__)",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert all("/venv/" in path and str(REPO) not in path for path in where), where
     # every module of the checkout's suite/, tasks/ and models/ is in the wheel and imports
     prefix = {"suite": (), "tasks": ("suite",), "models": ("suite",)}  # where each folder installs
-    modules = sorted(".".join((*prefix[top], *path.relative_to(REPO).with_suffix("").parts)).removesuffix(".__init__")
-                     for top in prefix for path in (REPO / top).rglob("*.py") if path.name != "__main__.py")
-    imported = subprocess.run([python, "-c", f"import importlib; [importlib.import_module(m) for m in {modules!r}]"],
-                              cwd=work, capture_output=True, text=True)
+    modules = sorted(
+        ".".join((*prefix[top], *path.relative_to(REPO).with_suffix("").parts)).removesuffix(".__init__")
+        for top in prefix
+        for path in (REPO / top).rglob("*.py")
+        if path.name != "__main__.py"
+    )
+    imported = subprocess.run(
+        [python, "-c", f"import importlib; [importlib.import_module(m) for m in {modules!r}]"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     assert imported.returncode == 0, imported.stderr
 
 

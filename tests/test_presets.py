@@ -7,24 +7,41 @@ import sys
 
 import pytest
 import torch
-
-from suite.presets import apply
-from suite.registry import ALL, SuiteError
-from suite.spec import resolve
 from conftest import build_one
+
+from suite import SuiteError
+from suite.presets import apply
+from suite.registry import ALL
+from suite.spec import resolve
 
 
 def _spec(choices=None, settings=None):
-    return resolve(*apply("grokfast", {"task": None, "model": None, "opt": None, "sampler": None, "filter": None,
-                                       **(choices or {})}, settings or {}))
+    return resolve(
+        *apply(
+            "grokfast",
+            {"task": None, "model": None, "opt": None, "sampler": None, "filter": None, **(choices or {})},
+            settings or {},
+        )
+    )
 
 
 def test_grokfast_preset_follows_their_code():
     spec = _spec()
     assert {k: spec[k]["name"] for k in ("task", "model", "opt", "sampler", "filter")} == {
-        "task": "modular", "model": "grokfast_transformer", "opt": "adam", "sampler": "epoch", "filter": "none"}
+        "task": "modular",
+        "model": "grokfast_transformer",
+        "opt": "adam",
+        "sampler": "epoch",
+        "filter": "none",
+    }
     task = spec["task"]
-    assert (task["p"], task["op"], task["nonzero_b"], task["test_frac"], task["train_frac"]) == (97, "mul", True, 0.5, 0.5)
+    assert (task["p"], task["op"], task["nonzero_b"], task["test_frac"], task["train_frac"]) == (
+        97,
+        "mul",
+        True,
+        0.5,
+        0.5,
+    )
     assert spec["opt"]["lr"] == 1e-3 and tuple(spec["opt"]["betas"]) == (0.9, 0.98) and spec["opt"]["weight_decay"] == 0
     assert spec["sampler"]["batch_size"] == 512
     assert (spec["train"]["warmup_steps"], spec["train"]["eval_every"], spec["train"]["target"]) == (10, 10, 0.95)

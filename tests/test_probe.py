@@ -8,14 +8,14 @@ import shutil
 import numpy as np
 import pytest
 import torch
-
 from conftest import run_cli
+from suite.tasks.number_probe import base26, number_interval, number_probe
+
 from suite import SuiteError
 from suite.cli import main
 from suite.probe import best_layers, extract, layer_measures, scaling_rate, summarize
 from suite.registry import ALL
 from suite.spec import default_run_dir, resolve
-from suite.tasks.number_probe import base26, number_interval, number_probe
 
 GROUPS = [1, 2, 3, 4]
 
@@ -36,6 +36,7 @@ def states_from(signal, seed=0, noise=0.01, width=64):
 
 
 # --- the measures --------------------------------------------------------------------------
+
 
 def test_log_built_states_are_log_like():
     values, groups = paper_values()
@@ -105,7 +106,15 @@ def test_pca_is_exact_and_does_not_depend_on_numpys_random_state():
 
 def test_best_layers_paper_rule_and_ordered_rule():
     def layer(i, ev, rho):
-        base = {"pca_ev": ev, "pls_r2": 0.1 * i, "rho": rho, "beta": 1.0, "rho_within": 0.0, "pls_rho": rho, "pls_beta": 1.0}
+        base = {
+            "pca_ev": ev,
+            "pls_r2": 0.1 * i,
+            "rho": rho,
+            "beta": 1.0,
+            "rho_within": 0.0,
+            "pls_rho": rho,
+            "pls_beta": 1.0,
+        }
         return base
 
     run_a = [layer(0, 0.9, 0.1), layer(1, 0.5, 0.95), layer(2, 0.3, 0.97)]
@@ -120,6 +129,7 @@ def test_best_layers_paper_rule_and_ordered_rule():
 
 
 # --- the prompts ---------------------------------------------------------------------------
+
 
 def test_prompts_follow_the_paper():
     data = number_probe(0)
@@ -148,14 +158,17 @@ def test_prompts_depend_on_seed_and_run_only():
     assert number_probe(1).runs[0]["numbers"].prompts == a.runs[1]["numbers"].prompts  # run r uses seed + r
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"groups": ""}, "empty"),
-    ({"groups": "1,2,2"}, "distinct"),
-    ({"groups": "1,x"}, "integers"),
-    ({"groups": "1,2", "width": 70}, "overlap"),
-    ({"groups": "2", "width": 200}, "below 0"),
-    ({"per_group": 1}, "per_group"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"groups": ""}, "empty"),
+        ({"groups": "1,2,2"}, "distinct"),
+        ({"groups": "1,x"}, "integers"),
+        ({"groups": "1,2", "width": 70}, "overlap"),
+        ({"groups": "2", "width": 200}, "below 0"),
+        ({"per_group": 1}, "per_group"),
+    ],
+)
 def test_bad_groups_are_one_line_errors(settings, message):
     with pytest.raises(SuiteError, match=message):
         number_probe(0, **settings)
@@ -163,28 +176,38 @@ def test_bad_groups_are_one_line_errors(settings, message):
 
 # --- the spec and the CLI's bad input ------------------------------------------------------
 
+
 def test_probe_task_names_its_model_and_trains_nothing(tmp_path):
     spec = resolve({"task": "number_probe"})
     assert set(spec) == {"task", "model", "seed"}
     assert default_run_dir(spec, tmp_path).parent.name == "number_probe-smollm2"
     assert spec["model"] == {"name": "smollm2", "dtype": "float32", "device_map": None}
     assert resolve({"task": "number_probe", "model": "hf"}, {"path": "/m"})["model"] == {
-        "name": "hf", "path": "/m", "gguf_file": "", "revision": None, "dtype": "float32", "device_map": None,
-        "trust_remote_code": False}
+        "name": "hf",
+        "path": "/m",
+        "gguf_file": "",
+        "revision": None,
+        "dtype": "float32",
+        "device_map": None,
+        "trust_remote_code": False,
+    }
     with pytest.raises(SuiteError, match="trains nothing"):
         resolve({"task": "number_probe", "opt": "adam"})
     assert resolve()["model"]["name"] == "mlp"  # other tasks keep the suite's default
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", "hf", "--set", "path=/no/such/model"], "does not exist"),
-    (["--model", "hf"], "needs --set path"),
-    (["--model", "mlp"], "takes tokens"),
-    (["--set", "groups=1,1"], "distinct"),
-    (["--opt", "adam"], "trains nothing"),
-    (["--set", "dtype=float64"], "not one of float32, float16, bfloat16"),
-    (["--set", "revision=main"], "takes 'revision'"),  # the bundled models are local files
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "hf", "--set", "path=/no/such/model"], "does not exist"),
+        (["--model", "hf"], "needs --set path"),
+        (["--model", "mlp"], "takes tokens"),
+        (["--set", "groups=1,1"], "distinct"),
+        (["--opt", "adam"], "trains nothing"),
+        (["--set", "dtype=float64"], "not one of float32, float16, bfloat16"),
+        (["--set", "revision=main"], "takes 'revision'"),  # the bundled models are local files
+    ],
+)
 def test_cli_bad_input_exit_2_nothing_written(tmp_path, capsys, args, message):
     out = tmp_path / "run"
     assert main(["run", "--task", "number_probe", *args, "--out", str(out)]) == 2
@@ -197,13 +220,17 @@ def test_directory_that_is_not_a_model(tmp_path, capsys):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "notes.txt").write_text("not a model")
     out = tmp_path / "run"
-    assert main(["run", "--task", "number_probe", "--model", "hf", "--set", f"path={tmp_path / 'm'}", "--out", str(out)]) == 2
+    assert (
+        main(["run", "--task", "number_probe", "--model", "hf", "--set", f"path={tmp_path / 'm'}", "--out", str(out)])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot load a transformers model" in err
     assert not out.exists()
 
 
 # --- the real bundled encoder --------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def minilm():
@@ -217,11 +244,15 @@ def test_model_without_hidden_states(tmp_path, capsys, minilm):
     """An encoder-decoder needs decoder inputs: plain text gives it no hidden states."""
     from transformers import T5Config, T5Model
 
-    T5Model(T5Config(vocab_size=minilm.tokenizer.vocab_size, d_model=16, d_ff=32, d_kv=8, num_layers=1,
-                     num_heads=2)).save_pretrained(tmp_path / "t5")
+    T5Model(
+        T5Config(vocab_size=minilm.tokenizer.vocab_size, d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2)
+    ).save_pretrained(tmp_path / "t5")
     minilm.tokenizer.save_pretrained(tmp_path / "t5")
     out = tmp_path / "run"
-    assert main(["run", "--task", "number_probe", "--model", "hf", "--set", f"path={tmp_path / 't5'}", "--out", str(out)]) == 2
+    assert (
+        main(["run", "--task", "number_probe", "--model", "hf", "--set", f"path={tmp_path / 't5'}", "--out", str(out)])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "hidden states" in err
     assert not out.exists()
@@ -234,8 +265,15 @@ def tiny_bert(tmp_path_factory, minilm):
 
     folder = tmp_path_factory.mktemp("tiny") / "bert"
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=minilm.tokenizer.vocab_size, hidden_size=16, num_hidden_layers=2,
-                         num_attention_heads=2, intermediate_size=32)).save_pretrained(folder)
+    BertModel(
+        BertConfig(
+            vocab_size=minilm.tokenizer.vocab_size,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+        )
+    ).save_pretrained(folder)
     minilm.tokenizer.save_pretrained(folder)
     return folder
 
@@ -261,28 +299,62 @@ def test_remote_code_runs_only_when_trusted(tmp_path, capsys, tiny_bert):
     folder = tmp_path / "custom"
     shutil.copytree(tiny_bert, folder)
     (folder / "configuration_tiny.py").write_text(
-        "from transformers import BertConfig\n\n\nclass TinyConfig(BertConfig):\n    model_type = 'tiny-custom'\n")
+        "from transformers import BertConfig\n\n\nclass TinyConfig(BertConfig):\n    model_type = 'tiny-custom'\n"
+    )
     (folder / "modeling_tiny.py").write_text(
         "from transformers import BertModel\n\nfrom .configuration_tiny import TinyConfig\n\n\n"
-        "class TinyModel(BertModel):\n    config_class = TinyConfig\n")
+        "class TinyModel(BertModel):\n    config_class = TinyConfig\n"
+    )
     config = json.loads((folder / "config.json").read_text())
-    config |= {"model_type": "tiny-custom", "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig",
-                                                         "AutoModel": "modeling_tiny.TinyModel"}}
+    config |= {
+        "model_type": "tiny-custom",
+        "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig", "AutoModel": "modeling_tiny.TinyModel"},
+    }
     (folder / "config.json").write_text(json.dumps(config))
-    args = ["run", "--task", "number_probe", "--model", "hf", "--set", f"path={folder}", "--set", "runs=1",
-            "--set", "per_group=4", "--set", "data=numbers"]
+    args = [
+        "run",
+        "--task",
+        "number_probe",
+        "--model",
+        "hf",
+        "--set",
+        f"path={folder}",
+        "--set",
+        "runs=1",
+        "--set",
+        "per_group=4",
+        "--set",
+        "data=numbers",
+    ]
     assert main([*args, "--out", str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot load" in err and "trust_remote_code" in err
     assert not (tmp_path / "refused").exists()
     out = tmp_path / "trusted"
-    proc = run_cli(*args, "--set", "trust_remote_code=true", "--set", "dtype=bfloat16", "--set", "device_map=cpu",
-                   "--out", out, env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"})
+    proc = run_cli(
+        *args,
+        "--set",
+        "trust_remote_code=true",
+        "--set",
+        "dtype=bfloat16",
+        "--set",
+        "device_map=cpu",
+        "--out",
+        out,
+        env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads((out / "result.json").read_text())
     assert result["model"]["class"] == "TinyModel" and result["model"]["n_layers"] == 2
-    assert result["spec"]["model"] == {"name": "hf", "path": str(folder), "gguf_file": "", "revision": None,
-                                       "dtype": "bfloat16", "device_map": "cpu", "trust_remote_code": True}
+    assert result["spec"]["model"] == {
+        "name": "hf",
+        "path": str(folder),
+        "gguf_file": "",
+        "revision": None,
+        "dtype": "bfloat16",
+        "device_map": "cpu",
+        "trust_remote_code": True,
+    }
 
 
 def test_a_gguf_model_is_dequantized_once_into_a_copy_that_loads_the_same(tmp_path, monkeypatch, capsys, minilm):
@@ -292,7 +364,6 @@ def test_a_gguf_model_is_dequantized_once_into_a_copy_that_loads_the_same(tmp_pa
     import copy
 
     import transformers
-
     from suite.models.pretrained import load
 
     folder = tmp_path / "models"
@@ -323,7 +394,9 @@ def test_a_gguf_model_is_dequantized_once_into_a_copy_that_loads_the_same(tmp_pa
         assert np.array_equal(extract(loaded, prompts, batch_size=2, read="equals", device="cpu")[0], expected)
     assert conversions == [str(folder)]  # converted once, then read from the copy
     (copy_dir,) = (tmp_path / "cache" / "gguf").iterdir()
-    assert copy_dir.name.startswith("tiny-") and "quantization_config" not in json.loads((copy_dir / "config.json").read_text())
+    assert copy_dir.name.startswith("tiny-") and "quantization_config" not in json.loads(
+        (copy_dir / "config.json").read_text()
+    )
 
     monkeypatch.setenv("SUITE_CACHE", str(folder / "tiny.gguf"))  # a cache that cannot be written: read the GGUF file
     capsys.readouterr()
@@ -346,8 +419,19 @@ def test_left_padding_leaves_each_prompt_as_it_is_alone(minilm):
 
 def test_bundled_minilm_end_to_end_through_the_cli(tmp_path):
     out = tmp_path / "run"
-    args = ["run", "--task", "number_probe", "--model", "minilm", "--set", "runs=2", "--set", "per_group=8",
-            "--out", out]
+    args = [
+        "run",
+        "--task",
+        "number_probe",
+        "--model",
+        "minilm",
+        "--set",
+        "runs=2",
+        "--set",
+        "per_group=8",
+        "--out",
+        out,
+    ]
     proc = run_cli(*args, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")

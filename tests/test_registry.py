@@ -20,8 +20,16 @@ def test_unknown_name_names_the_closest():
 
 
 def test_parameters_come_from_the_signature_with_types():
-    def build(data, *, n: int = 3, rate: float = 0.5, mode: Literal["a", "b"] = "a", flag: bool = False,
-              limit: Optional[int] = None, pair: tuple[float, float] = (1.0, 2.0)):
+    def build(
+        data,
+        *,
+        n: int = 3,
+        rate: float = 0.5,
+        mode: Literal["a", "b"] = "a",
+        flag: bool = False,
+        limit: Optional[int] = None,
+        pair: tuple[float, float] = (1.0, 2.0),
+    ):
         """A component."""
 
     params = params_of(build)
@@ -54,19 +62,29 @@ def test_a_decorator_registers_under_its_name():
 
 def test_resolve_fills_every_default_and_routes_settings():
     spec = resolve({"opt": "adamlr"}, {"c": "4", "op": "mul", "opt.lr": "1e-3", "train.steps": "100"}, seed=3)
-    assert spec["opt"] == {"name": "adamlr", "lr": 1e-3, "c": 4.0, "weight_decay": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8}
+    assert spec["opt"] == {
+        "name": "adamlr",
+        "lr": 1e-3,
+        "c": 4.0,
+        "weight_decay": 1e-3,
+        "betas": (0.9, 0.999),
+        "eps": 1e-8,
+    }
     assert spec["task"]["op"] == "mul" and spec["task"]["p"] == 97
     assert spec["train"]["steps"] == 100 and spec["seed"] == 3
     assert spec["sampler"] == {"name": "random", "batch_size": 512}
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"nope": "1"}, "no chosen component takes 'nope'"),
-    ({"lrr": "1"}, "did you mean 'lr'"),
-    ({"model.c": "1"}, "the model 'mlp' takes 'c'"),
-    ({"p": "x"}, "p takes int"),
-    ({"split": "zigzag"}, "not one of"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"nope": "1"}, "no chosen component takes 'nope'"),
+        ({"lrr": "1"}, "did you mean 'lr'"),
+        ({"model.c": "1"}, "the model 'mlp' takes 'c'"),
+        ({"p": "x"}, "p takes int"),
+        ({"split": "zigzag"}, "not one of"),
+    ],
+)
 def test_resolve_rejects_bad_settings(settings, message):
     with pytest.raises(SuiteError, match=message):
         resolve(None, settings)
@@ -77,7 +95,11 @@ def test_spec_id_is_stable_across_processes():
     import sys
 
     code = "from suite.spec import resolve, spec_id; print(spec_id(resolve()))"
-    ids = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"PYTHONHASHSEED": str(s), "PATH": ""}).stdout.strip() for s in (1, 2)}
+    ids = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": str(s), "PATH": ""}
+        ).stdout.strip()
+        for s in (1, 2)
+    }
     assert ids == {spec_id(resolve())}
     assert spec_id(resolve(seed=1)) != spec_id(resolve(seed=0))

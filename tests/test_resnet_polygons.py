@@ -5,18 +5,18 @@ import math
 
 import numpy as np
 import pytest
+import suite.tasks.polygons as polygons_module
 import torch
 import torchvision
-
-import suite.tasks.polygons as polygons_module
 from suite.models import resnet as resnet_module
 from suite.models.mlp import MLP
 from suite.models.resnet import ResNet18
-from suite.registry import SuiteError
-from suite.spec import resolve
-from suite.member import Member
-from suite.train import train
 from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, insight_image, load_images, polygons, render
+
+from suite import SuiteError
+from suite.member import Member
+from suite.spec import resolve
+from suite.train import train
 
 RES = 16  # the dataset is rendered once per session at this size (a few seconds)
 
@@ -43,8 +43,17 @@ def count_spokes(image: np.ndarray, cell: int) -> int:
     angles = np.linspace(0, 2 * np.pi, 1440, endpoint=False)
     x, y = cx + r * np.cos(angles), cy + r * np.sin(angles)
     # a point is dark when any of its 4 surrounding pixels is: a 1 px diagonal line cannot slip between samples
-    dark = np.min([image[yy.astype(int), xx.astype(int)] for xx in (np.floor(x), np.ceil(x))
-                   for yy in (np.floor(y), np.ceil(y))], axis=0) < 128
+    dark = (
+        np.min(
+            [
+                image[yy.astype(int), xx.astype(int)]
+                for xx in (np.floor(x), np.ceil(x))
+                for yy in (np.floor(y), np.ceil(y))
+            ],
+            axis=0,
+        )
+        < 128
+    )
     return int(np.sum(dark & ~np.roll(dark, 1))) if not dark.all() else -1
 
 
@@ -152,27 +161,36 @@ TINY = {"resolution": RES, "train_frac": 0.004, "n_val": 24, "train.steps": 4, "
 
 
 @pytest.mark.parametrize("model", ["resnet18", "mlp"])
-@pytest.mark.parametrize("opt, sampler", [("adam", "random"), ("adamw", "random"), ("sgd", "random"),
-                                          ("adam", "full"), ("adam", "epoch")])
+@pytest.mark.parametrize(
+    "opt, sampler", [("adam", "random"), ("adamw", "random"), ("sgd", "random"), ("adam", "full"), ("adam", "epoch")]
+)
 def test_image_models_train_with_every_plain_optimizer_and_sampler(cache, tmp_path, model, opt, sampler):
     settings = dict(TINY, **({} if sampler == "full" else {"batch_size": 16}))
-    (result,) = train([resolve({"task": "polygons", "model": model, "opt": opt, "sampler": sampler}, settings)],
-                      [tmp_path], torch.device("cpu"))
+    (result,) = train(
+        [resolve({"task": "polygons", "model": model, "opt": opt, "sampler": sampler}, settings)],
+        [tmp_path],
+        torch.device("cpu"),
+    )
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert result["steps"] == 4 and [r["step"] for r in records] == [0, 2, 4]
     assert all(math.isfinite(r["train_loss"]) for r in records)
     assert "emb_norm_rare" not in records[0]  # no token embedding, no embedding measures
 
 
-@pytest.mark.parametrize("choices, message", [
-    ({"opt": "adamlr"}, "no token embedding"),
-    ({"opt": "adamlr_adaptive"}, "no token embedding"),
-    ({"sampler": "frequency"}, "token frequencies"),
-    ({"task": "modular"}, "model 'resnet18' takes image inputs, but task 'modular' gives tokens"),
-])
+@pytest.mark.parametrize(
+    "choices, message",
+    [
+        ({"opt": "adamlr"}, "no token embedding"),
+        ({"opt": "adamlr_adaptive"}, "no token embedding"),
+        ({"sampler": "frequency"}, "token frequencies"),
+        ({"task": "modular"}, "model 'resnet18' takes image inputs, but task 'modular' gives tokens"),
+    ],
+)
 def test_what_does_not_apply_to_images_is_refused(cache, choices, message):
-    spec = resolve({"task": "polygons", "model": "resnet18", **choices},
-                   {"resolution": RES} if choices.get("task") != "modular" else {})
+    spec = resolve(
+        {"task": "polygons", "model": "resnet18", **choices},
+        {"resolution": RES} if choices.get("task") != "modular" else {},
+    )
     with pytest.raises(SuiteError, match=message):
         Member.build(spec, torch.device("cpu"))
 
@@ -226,7 +244,12 @@ def test_insight_pipeline_dataset_and_their_52_way_head(cache, monkeypatch):
 
 
 def test_their_epochs_of_200_end_in_a_short_batch(data):
-    sampler = Member.build(resolve({"task": "polygons", "model": "mlp", "sampler": "epoch"},
-                                   {"resolution": RES, "batch_size": 200, "hidden": 8}), torch.device("cpu")).sampler
+    sampler = Member.build(
+        resolve(
+            {"task": "polygons", "model": "mlp", "sampler": "epoch"},
+            {"resolution": RES, "batch_size": 200, "hidden": 8},
+        ),
+        torch.device("cpu"),
+    ).sampler
     sizes = [len(sampler.next()) for _ in range(19)]
     assert sizes == [200] * 18 + [60]  # 3,660 images: 19 steps an epoch

@@ -11,22 +11,40 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_cli, wait_for_step
+
 from suite.rundir import RunDir, write_json
 
 # A run that takes a few seconds, checkpoints every 100 steps and never stops early.
-LONG = ["--set", "p=23", "--set", "d=32", "--set", "hidden=64", "--set", "batch_size=64", "--set", "eval_every=50",
-        "--set", "checkpoint_every=100", "--set", "patience=none", "--steps", "2500"]
+LONG = [
+    "--set",
+    "p=23",
+    "--set",
+    "d=32",
+    "--set",
+    "hidden=64",
+    "--set",
+    "batch_size=64",
+    "--set",
+    "eval_every=50",
+    "--set",
+    "checkpoint_every=100",
+    "--set",
+    "patience=none",
+    "--steps",
+    "2500",
+]
 TIMING = {"wall_s", "steps_per_s", "git_commit"}  # git_commit: others may commit meanwhile
 
 
 def start(out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "suite", "run", *LONG, "--out", str(out)],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
+    return subprocess.Popen(
+        [sys.executable, "-m", "suite", "run", *LONG, "--out", str(out)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +91,9 @@ def preempted(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["newest", "both"])
-def test_corrupt_checkpoint_is_reported_and_the_run_restarts_from_the_last_good_state_or_is_refused(tmp_path, reference,
-                                                                                                    damage):
+def test_corrupt_checkpoint_is_reported_and_the_run_restarts_from_the_last_good_state_or_is_refused(
+    tmp_path, reference, damage
+):
     out = preempted(tmp_path)
     good = torch.load(out / "checkpoint.prev.pt", weights_only=True)["step"]
     data = (out / "checkpoint.pt").read_bytes()
@@ -84,7 +103,10 @@ def test_corrupt_checkpoint_is_reported_and_the_run_restarts_from_the_last_good_
         before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"}
         refused = run_cli("run", *LONG, "--out", out)  # starting again would overwrite its metrics: the user decides
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-        assert refused.stderr.startswith(f"error: no readable checkpoint in {out}") and "delete checkpoint.pt" in refused.stderr
+        assert (
+            refused.stderr.startswith(f"error: no readable checkpoint in {out}")
+            and "delete checkpoint.pt" in refused.stderr
+        )
         assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"} == before  # nothing written
         for name in ("checkpoint.pt", "checkpoint.prev.pt"):
             (out / name).unlink()
@@ -131,7 +153,8 @@ from suite.spec import default_run_dir
 root, i = Path(sys.argv[1]), int(sys.argv[2])
 while not (root / "go").exists():
     time.sleep(0.001)
-spec = {"task": {"name": "modular"}, "model": {"name": "mlp"}, "opt": {"name": ["adam", "sgd", "adamw", "adamlr"][i % 4]},
+opt = ["adam", "sgd", "adamw", "adamlr"][i % 4]
+spec = {"task": {"name": "modular"}, "model": {"name": "mlp"}, "opt": {"name": opt},
         "sampler": {"name": "random"}, "filter": {"name": "none"}, "seed": i // 4}
 rd = RunDir(default_run_dir(spec, root))
 rd.lock()
@@ -164,10 +187,13 @@ def test_64_concurrent_writers_into_one_results_folder_lose_nothing(tmp_path):
     root = tmp_path / "runs"
     root.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(i)], env=env, stderr=subprocess.PIPE)
-               for i in range(64)]
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(root)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(i)], env=env, stderr=subprocess.PIPE)
+        for i in range(64)
+    ]
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(root)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(1.0)  # let them all start and wait at the line
     write_json(root / "go", {})
     for proc in writers:

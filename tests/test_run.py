@@ -8,15 +8,31 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import REPO, PreemptAt, run_cli
+
 from suite.backends import seed_groups
 from suite.grid import load
 from suite.spec import resolve
 from suite.train import Preempted, train
 
-TINY = ["--set", "p=11", "--set", "train_frac=0.5", "--set", "test_frac=0.3", "--set", "batch_size=32",
-        "--set", "eval_every=10", "--set", "d=16", "--set", "hidden=32", "--steps", "60"]
+TINY = [
+    "--set",
+    "p=11",
+    "--set",
+    "train_frac=0.5",
+    "--set",
+    "test_frac=0.3",
+    "--set",
+    "batch_size=32",
+    "--set",
+    "eval_every=10",
+    "--set",
+    "d=16",
+    "--set",
+    "hidden=32",
+    "--steps",
+    "60",
+]
 
 
 def test_run_writes_spec_metrics_and_result(tmp_path):
@@ -24,17 +40,39 @@ def test_run_writes_spec_metrics_and_result(tmp_path):
     proc = run_cli("run", "--opt", "adamlr", "--seed", "2", *TINY, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")
-    assert re.search(r"^\[[0-9a-f]{8}\] step 0 train_acc [\d.]+ val_acc", proc.stderr, re.M)  # plain progress lines off a tty
+    assert re.search(
+        r"^\[[0-9a-f]{8}\] step 0 train_acc [\d.]+ val_acc", proc.stderr, re.M
+    )  # plain progress lines off a tty
     spec = json.loads((out / "spec.json").read_text())
     assert spec["opt"]["name"] == "adamlr" and spec["opt"]["c"] == 10.0 and spec["seed"] == 2
     assert spec["task"]["op"] == "add" and spec["train"]["steps"] == 60  # every default filled in
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == list(range(0, 61, 10))
-    assert {"train_loss", "train_acc", "val_loss", "val_acc", "emb_norm_rare", "emb_norm_frequent",
-            "sigma_ratio", "med"} <= set(lines[0])
+    assert {
+        "train_loss",
+        "train_acc",
+        "val_loss",
+        "val_acc",
+        "emb_norm_rare",
+        "emb_norm_frequent",
+        "sigma_ratio",
+        "med",
+    } <= set(lines[0])
     result = json.loads((out / "result.json").read_text())
-    for key in ("spec", "memorization_step", "grok_step", "delay", "final_train_acc", "final_val_acc", "steps",
-                "wall_s", "steps_per_s", "device", "suite_version", "git_commit"):
+    for key in (
+        "spec",
+        "memorization_step",
+        "grok_step",
+        "delay",
+        "final_train_acc",
+        "final_val_acc",
+        "steps",
+        "wall_s",
+        "steps_per_s",
+        "device",
+        "suite_version",
+        "git_commit",
+    ):
         assert key in result
     assert result["spec"] == spec and result["steps"] == 60 and result["device"] == "cpu"
     assert result["final_val_acc"] == lines[-1]["val_acc"]
@@ -46,8 +84,12 @@ def test_result_records_the_commit_and_whether_the_checkout_had_uncommitted_chan
     repo.mkdir()
 
     def git(*args):
-        return subprocess.run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q")
     (repo / "tracked.py").write_text("a = 1\n")
@@ -81,12 +123,25 @@ def test_same_spec_twice_gives_identical_metrics(tmp_path):
     assert (tmp_path / "a/metrics.jsonl").read_bytes() == (tmp_path / "b/metrics.jsonl").read_bytes()
 
 
-@pytest.mark.parametrize("opt, sampler, extra", [("adamlr_adaptive", "frequency", {"every": 7}),
-                                                 ("sgd", "random", {"warmup_steps": 50})])
+@pytest.mark.parametrize(
+    "opt, sampler, extra", [("adamlr_adaptive", "frequency", {"every": 7}), ("sgd", "random", {"warmup_steps": 50})]
+)
 def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, extra):
-    spec = resolve({"opt": opt, "sampler": sampler},
-                   {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.steps": 80,
-                    "eval_every": 10, "checkpoint_every": 30, "d": 16, "hidden": 32, **extra})
+    spec = resolve(
+        {"opt": opt, "sampler": sampler},
+        {
+            "p": 11,
+            "train_frac": 0.5,
+            "test_frac": 0.3,
+            "batch_size": 32,
+            "train.steps": 80,
+            "eval_every": 10,
+            "checkpoint_every": 30,
+            "d": 16,
+            "hidden": 32,
+            **extra,
+        },
+    )
     cpu = torch.device("cpu")
     whole = train([spec], [tmp_path / "whole"], cpu)[0]
     with pytest.raises(Preempted):
@@ -98,27 +153,30 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--task", "modulr"], "unknown task 'modulr' (did you mean 'modular'?)"),
-    (["--opt", "adamlrr"], "did you mean 'adamlr'"),
-    (["--set", "p=15"], "p must be a prime"),
-    (["--set", "p=2"], "prime >= 3"),
-    (["--set", "train_frac=1.2"], "train_frac must be in (0, 1)"),
-    (["--set", "test_frac=0"], "test_frac must be in (0, 1)"),
-    (["--set", "train_frac=0.7", "--set", "test_frac=0.4"], "test_frac + train_frac must be <= 1"),
-    (["--steps", "0"], "steps must be positive"),
-    (["--steps", "-5"], "steps must be positive"),
-    (["--set", "nosuchkey=1"], "no chosen component takes 'nosuchkey'"),
-    (["--set", "p=abc"], "p takes int"),
-    (["--set", "inputs=maybe"], "is not one of embed, onehot, scalar, scalar_raw"),
-    (["--set", "lr"], "--set takes KEY=VALUE"),
-    (["--opt", "adamlr", "--set", "inputs=scalar"], "no token embedding"),
-    (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
-    (["--opt", "adamlr", "--set", "c=-1"], "c must be positive"),  # a negative embedding learning rate
-    (["--set", "lr=nan"], "lr takes a finite float"),
-    (["--set", "p=11", "--set", "train_frac=0.5"], "batch_size 512 is larger than the training set (60 examples)"),
-    (["--steps", "20"], "eval_every (50) is past the budget (steps 20)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--task", "modulr"], "unknown task 'modulr' (did you mean 'modular'?)"),
+        (["--opt", "adamlrr"], "did you mean 'adamlr'"),
+        (["--set", "p=15"], "p must be a prime"),
+        (["--set", "p=2"], "prime >= 3"),
+        (["--set", "train_frac=1.2"], "train_frac must be in (0, 1)"),
+        (["--set", "test_frac=0"], "test_frac must be in (0, 1)"),
+        (["--set", "train_frac=0.7", "--set", "test_frac=0.4"], "test_frac + train_frac must be <= 1"),
+        (["--steps", "0"], "steps must be positive"),
+        (["--steps", "-5"], "steps must be positive"),
+        (["--set", "nosuchkey=1"], "no chosen component takes 'nosuchkey'"),
+        (["--set", "p=abc"], "p takes int"),
+        (["--set", "inputs=maybe"], "is not one of embed, onehot, scalar, scalar_raw"),
+        (["--set", "lr"], "--set takes KEY=VALUE"),
+        (["--opt", "adamlr", "--set", "inputs=scalar"], "no token embedding"),
+        (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+        (["--opt", "adamlr", "--set", "c=-1"], "c must be positive"),  # a negative embedding learning rate
+        (["--set", "lr=nan"], "lr takes a finite float"),
+        (["--set", "p=11", "--set", "train_frac=0.5"], "batch_size 512 is larger than the training set (60 examples)"),
+        (["--steps", "20"], "eval_every (50) is past the budget (steps 20)"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, message):
     proc = run_cli("run", *args, "--out", tmp_path / "run", cwd=tmp_path)
     assert proc.returncode == 2
@@ -128,8 +186,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, messag
 
 
 def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
-    from suite import register_model
-    from suite.registry import SuiteError
+    from suite import SuiteError, register_model
     from suite.member import Member
 
     @register_model("_image_only", inputs=("image",))
@@ -150,9 +207,27 @@ def test_list_shows_every_component_with_parameters():
 
 def test_a_small_cell_groks(tmp_path):
     """Memorization first, then generalization: the phenomenon the suite measures (p = 31, ~10 s)."""
-    proc = run_cli("run", "--set", "p=31", "--set", "train_frac=0.5", "--set", "test_frac=0.5", "--set",
-                   "batch_size=128", "--set", "eval_every=25", "--set", "hold=200", "--set", "patience=300",
-                   "--steps", "4000", "--out", tmp_path / "run")
+    proc = run_cli(
+        "run",
+        "--set",
+        "p=31",
+        "--set",
+        "train_frac=0.5",
+        "--set",
+        "test_frac=0.5",
+        "--set",
+        "batch_size=128",
+        "--set",
+        "eval_every=25",
+        "--set",
+        "hold=200",
+        "--set",
+        "patience=300",
+        "--steps",
+        "4000",
+        "--out",
+        tmp_path / "run",
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "run/result.json").read_text())
     assert result["memorization_step"] is not None and result["grok_step"] is not None

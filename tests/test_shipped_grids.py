@@ -1,8 +1,8 @@
 """The grid files shipped in suite/grids/ load, and the ones that restate a preset match it."""
 
 import pytest
-
 from conftest import REPO
+
 from suite.grid import load
 from suite.presets import apply
 from suite.spec import resolve, spec_id
@@ -22,8 +22,11 @@ def test_grokfast_grid_is_the_preset():
     grid = load(REPO / "suite/grids/grokfast.toml")
     ids = sorted(cell.id for cell in grid.cells)
     expected = []
-    for choices, extra in (({"filter": "grokfast_ema"}, {}), ({"filter": "grokfast_ma"}, {}),
-                           ({}, {"train.eval_every": 100})):  # the 40k-step baseline evaluates every 10 epochs
+    for choices, extra in (
+        ({"filter": "grokfast_ema"}, {}),
+        ({"filter": "grokfast_ma"}, {}),
+        ({}, {"train.eval_every": 100}),
+    ):  # the 40k-step baseline evaluates every 10 epochs
         choices, settings = apply("grokfast", choices, extra)
         expected.append(spec_id(resolve(choices, settings, 0)))
     assert ids == sorted(expected)

@@ -16,8 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import REPO, run_cli
+
 from suite.cli import main
 from suite.grid import load
 from suite.rundir import RunDir
@@ -32,17 +32,57 @@ def sbatch_lines(script: str) -> list[str]:
 
 def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp_path, capsys):
     root = tmp_path / "runs"
-    assert main(["grid", str(TINY), "--backend", "slurm", "--dry-run", "--root", str(root),
-                 "--partition", "gpu", "--time", "2:00:00", "--gpus", "a100:1", "--cpus", "4", "--mem", "16G",
-                 "--account", "grok", "--max-parallel", "3", "--cells-per-task", "3",
-                 "--sbatch=--constraint=a100", "--sbatch", "#SBATCH --qos=low"]) == 0
+    assert (
+        main(
+            [
+                "grid",
+                str(TINY),
+                "--backend",
+                "slurm",
+                "--dry-run",
+                "--root",
+                str(root),
+                "--partition",
+                "gpu",
+                "--time",
+                "2:00:00",
+                "--gpus",
+                "a100:1",
+                "--cpus",
+                "4",
+                "--mem",
+                "16G",
+                "--account",
+                "grok",
+                "--max-parallel",
+                "3",
+                "--cells-per-task",
+                "3",
+                "--sbatch=--constraint=a100",
+                "--sbatch",
+                "#SBATCH --qos=low",
+            ]
+        )
+        == 0
+    )
     script = capsys.readouterr().out
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == [
-        "--job-name=suite-tiny", "--array=0-0%3",  # 4 cells in 2 seed groups of 2: one task of >= 3 cells
-        f"--output={root.resolve()}/grids/tiny/<submission>/logs/%A_%a.out", "--open-mode=append",
-        "--requeue", "--signal=B:USR1@120", "--partition=gpu", "--time=2:00:00", "--gpus=a100:1",
-        "--cpus-per-task=4", "--mem=16G", "--account=grok", "--constraint=a100", "--qos=low"]
+        "--job-name=suite-tiny",
+        "--array=0-0%3",  # 4 cells in 2 seed groups of 2: one task of >= 3 cells
+        f"--output={root.resolve()}/grids/tiny/<submission>/logs/%A_%a.out",
+        "--open-mode=append",
+        "--requeue",
+        "--signal=B:USR1@120",
+        "--partition=gpu",
+        "--time=2:00:00",
+        "--gpus=a100:1",
+        "--cpus-per-task=4",
+        "--mem=16G",
+        "--account=grok",
+        "--constraint=a100",
+        "--qos=low",
+    ]
     assert "-m suite chunk" in script and 'scontrol requeue "$task"' in script
     assert script.index("export OMP_WAIT_POLICY=PASSIVE") < script.index("-m suite chunk")  # tasks may share cores
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
@@ -51,7 +91,9 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
 
 def test_grid_file_slurm_table_gives_defaults_and_flags_win(tmp_path, capsys):
     grid = tmp_path / "g.toml"
-    grid.write_text(TINY.read_text() + textwrap.dedent("""
+    grid.write_text(
+        TINY.read_text()
+        + textwrap.dedent("""
         [slurm]
         partition = "cpu"
         time = "30:00"
@@ -59,7 +101,8 @@ def test_grid_file_slurm_table_gives_defaults_and_flags_win(tmp_path, capsys):
         signal_seconds = 300
         sbatch = ["--exclusive"]
         setup = ["module load cuda/12"]
-    """))
+    """)
+    )
     assert main(["grid", str(grid), "--backend", "slurm", "--dry-run", "--partition", "gpu"]) == 0
     script = capsys.readouterr().out
     lines = sbatch_lines(script)
@@ -68,12 +111,15 @@ def test_grid_file_slurm_table_gives_defaults_and_flags_win(tmp_path, capsys):
     assert "\nmodule load cuda/12\n" in script
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--sbatch", "constraint=a100"], "must be an option such as --constraint=a100"),
-    (["--cpus", "0"], "cpus must be an integer >= 1"),
-    (["--max-parallel", "-1"], "max_parallel must be an integer >= 1"),
-    (["--partition", "two words"], "partition must be one word"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sbatch", "constraint=a100"], "must be an option such as --constraint=a100"),
+        (["--cpus", "0"], "cpus must be an integer >= 1"),
+        (["--max-parallel", "-1"], "max_parallel must be an integer >= 1"),
+        (["--partition", "two words"], "partition must be one word"),
+    ],
+)
 def test_bad_slurm_options_are_one_line_exit_2(tmp_path, capsys, args, message):
     assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(tmp_path / "runs"), *args]) == 2
     err = capsys.readouterr().err
@@ -98,8 +144,11 @@ def fake_sbatch(tmp_path, body: str, monkeypatch) -> None:
 
 
 def test_a_rejected_submission_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
-    fake_sbatch(tmp_path, 'echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2\n'
-                          "exit 1\n", monkeypatch)
+    fake_sbatch(
+        tmp_path,
+        'echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2\nexit 1\n',
+        monkeypatch,
+    )
     root = tmp_path / "runs"
     assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--partition", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -110,8 +159,10 @@ def test_a_rejected_submission_leaves_nothing_behind(tmp_path, capsys, monkeypat
 def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path, capsys, monkeypatch):
     fake_sbatch(tmp_path, 'cp "$2" "$(dirname "$2")/submitted.sbatch"\necho "4242;cluster"\n', monkeypatch)
     root = tmp_path / "runs"
-    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2",
-                 "--ensemble", "1"]) == 0
+    assert (
+        main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2", "--ensemble", "1"])
+        == 0
+    )
     assert capsys.readouterr().out.strip() == "4242"
     (workdir,) = (root / "grids/tiny").iterdir()
     manifest = json.loads((workdir / "manifest.json").read_text())
@@ -142,7 +193,8 @@ def cluster_up() -> bool:
 
 needs_cluster = pytest.mark.skipif(
     os.environ.get("SUITE_REQUIRE_SLURM") != "1" and not cluster_up(),
-    reason="no Slurm cluster here (slurm/start-cluster.sh starts one; SUITE_REQUIRE_SLURM=1 makes this fail instead)")
+    reason="no Slurm cluster here (slurm/start-cluster.sh starts one; SUITE_REQUIRE_SLURM=1 makes this fail instead)",
+)
 
 
 def squeue(job: str | None = None, name: str | None = None) -> list[str]:
@@ -206,15 +258,17 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
 
         def interrupt_each_then_finish():
             for task, pair in tasks.items():
-                if task in interrupted or not all((d / "checkpoint.pt").exists() and d.status() == "running"
-                                                  for d in pair):
+                if task in interrupted or not all(
+                    (d / "checkpoint.pt").exists() and d.status() == "running" for d in pair
+                ):
                     continue
                 if task == 1:
                     try:  # Slurm 22.05 delivers the signal to an array task yet answers "can not be altered
                         # now", and scancel keeps retrying every few seconds, which would hit the requeued
                         # task: stop it
-                        subprocess.run(["scancel", "--signal=USR1", "--batch", f"{job}_1"], capture_output=True,
-                                       timeout=2)
+                        subprocess.run(
+                            ["scancel", "--signal=USR1", "--batch", f"{job}_1"], capture_output=True, timeout=2
+                        )
                     except subprocess.TimeoutExpired:
                         pass
                 else:
@@ -251,7 +305,9 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
         assert (rd / "metrics.jsonl").read_text() == (here / "metrics.jsonl").read_text()
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
         timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size"}  # how long, how, which commit: not what
-        assert {k: v for k, v in ours.items() if k not in timing} == {k: v for k, v in theirs.items() if k not in timing}
+        assert {k: v for k, v in ours.items() if k not in timing} == {
+            k: v for k, v in theirs.items() if k not in timing
+        }
 
 
 def read(path: Path) -> str:

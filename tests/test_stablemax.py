@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from suite import SuiteError
 from suite.measures import LOSSES
-from suite.registry import SuiteError
 from suite.spec import resolve
 from suite.train import train
 
@@ -37,7 +37,7 @@ def test_gradient_is_finite_where_softmax_underflows():
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
     assert (logits.grad[1] != 0).any()  # still learns where softmax CE's gradient is exactly 0
-    softmax_grad, = torch.autograd.grad(F.cross_entropy(logits[1:], y[1:]), logits)
+    (softmax_grad,) = torch.autograd.grad(F.cross_entropy(logits[1:], y[1:]), logits)
     assert (softmax_grad[1] == 0).all()
 
 
@@ -54,7 +54,16 @@ def test_is_a_train_loss_setting():
 
 
 def test_a_short_run_trains_with_it(tmp_path):
-    spec = resolve(settings={"p": 11, "batch_size": 16, "train.steps": 40, "train.eval_every": 20, "loss": "stablemax",
-                             "model.d": 8, "model.hidden": 16})
+    spec = resolve(
+        settings={
+            "p": 11,
+            "batch_size": 16,
+            "train.steps": 40,
+            "train.eval_every": 20,
+            "loss": "stablemax",
+            "model.d": 8,
+            "model.hidden": 16,
+        }
+    )
     result = train([spec], [tmp_path / "run"], torch.device("cpu"))[0]
     assert math.isfinite(result["final_train_loss"]) and result["final_train_loss"] < math.log(11)

@@ -7,14 +7,15 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import PreemptAt
+from suite.models.transformer import Transformer
+from suite.tasks.modular import modular
+
+from suite import SuiteError
 from suite.components.optimizers import ParamGroups
-from suite.registry import ALL, SuiteError
+from suite.registry import ALL
 from suite.spec import resolve
 from suite.train import Preempted, train
-from suite.tasks.modular import modular
-from suite.models.transformer import Transformer
 
 SMALL = {"d_model": 16, "n_heads": 4, "d_mlp": 32}
 TINY_RUN = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "train.steps": 12, "eval_every": 4, **SMALL}
@@ -103,8 +104,9 @@ def test_every_optimizer_and_sampler_trains_the_transformer(tmp_path, opt, sampl
     settings = dict(TINY_RUN, **({} if sampler == "full" else {"batch_size": 16}))
     if opt == "adamlr_adaptive":
         settings["every"] = 3
-    (result,) = train([resolve({"model": "transformer", "opt": opt, "sampler": sampler}, settings)], [tmp_path],
-                      torch.device("cpu"))
+    (result,) = train(
+        [resolve({"model": "transformer", "opt": opt, "sampler": sampler}, settings)], [tmp_path], torch.device("cpu")
+    )
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert result["steps"] == 12 and [r["step"] for r in records] == [0, 4, 8, 12]
     assert all(math.isfinite(r["train_loss"]) and math.isfinite(r["sigma_ratio"]) for r in records)
@@ -116,14 +118,31 @@ def test_nanda_setting_is_recorded_in_the_spec():
     spec = resolve({"model": "transformer", "opt": "adamw", "sampler": "full"}, {"warmup_steps": 10})
     assert spec["opt"] == {"name": "adamw", "lr": 1e-3, "weight_decay": 1.0, "betas": (0.9, 0.98), "eps": 1e-8}
     assert spec["train"]["warmup_steps"] == 10 and spec["sampler"] == {"name": "full"}
-    assert spec["model"] == {"name": "transformer", "n_layers": 1, "d_model": 128, "n_heads": 4, "d_mlp": 512,
-                             "layer_norm": False}
+    assert spec["model"] == {
+        "name": "transformer",
+        "n_layers": 1,
+        "d_model": 128,
+        "n_heads": 4,
+        "d_mlp": 512,
+        "layer_norm": False,
+    }
 
 
 def test_interrupted_transformer_run_resumes_to_the_same_numbers(tmp_path):
-    spec = resolve({"model": "transformer", "opt": "adamlr_adaptive", "sampler": "frequency"},
-                   dict(TINY_RUN, **{"train.steps": 30, "checkpoint_every": 10, "batch_size": 16, "every": 4,
-                                     "n_layers": 2, "warmup_steps": 10}))
+    spec = resolve(
+        {"model": "transformer", "opt": "adamlr_adaptive", "sampler": "frequency"},
+        dict(
+            TINY_RUN,
+            **{
+                "train.steps": 30,
+                "checkpoint_every": 10,
+                "batch_size": 16,
+                "every": 4,
+                "n_layers": 2,
+                "warmup_steps": 10,
+            },
+        ),
+    )
     cpu = torch.device("cpu")
     train([spec], [tmp_path / "whole"], cpu)[0]
     with pytest.raises(Preempted):

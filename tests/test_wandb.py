@@ -10,15 +10,28 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, TINY_FIXED, run_cli, wait_for_step
+
 from suite.cli import main
 from suite.grid import load
 from suite.spec import canonical, spec_id
 from suite.tracking import ID_FILE, default_mode, kept_run_id, make_tracker
 
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
-TINY = ["--set", "p=11", "--set", "batch_size=16", "--set", "d=16", "--set", "hidden=32", "--steps", "20", "--set", "eval_every=10"]
+TINY = [
+    "--set",
+    "p=11",
+    "--set",
+    "batch_size=16",
+    "--set",
+    "d=16",
+    "--set",
+    "hidden=32",
+    "--steps",
+    "20",
+    "--set",
+    "eval_every=10",
+]
 
 
 def read_records(path: Path) -> list:
@@ -34,10 +47,10 @@ def read_records(path: Path) -> list:
         if block_left < 7:  # block trailer
             pos += block_left
             continue
-        length, kind = struct.unpack("<HB", data[pos + 4: pos + 7])
+        length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
         if length == 0 and kind == 0:
             break
-        pending += data[pos + 7: pos + 7 + length]
+        pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST
             record = pb.Record()
@@ -73,7 +86,9 @@ def read_offline(path: Path) -> dict:
             out["run"] = record.run
             out["config"] = {i.key: json.loads(i.value_json) for i in record.run.config.update}
         elif kind == "history":
-            out["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+            out["history"].append(
+                {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+            )
         elif kind == "summary":
             out["summary"].update({i.key: json.loads(i.value_json) for i in record.summary.update})
         elif kind == "exit":
@@ -93,8 +108,12 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
     assert run["run"].project == "suite-test"
     assert {"modular", "mlp", "adamlr", "random", "seed0", "wbgrid"} <= set(run["run"].tags)
     assert {k: v for k, v in run["config"].items() if not k.startswith("_")} == canonical(cell.spec) | {
-        "spec_id": spec_id(cell.spec), "method": "adamlr+none+random"}
-    metrics = [json.loads(line) for line in (cell.run_dir(tmp_path / "runs") / "metrics.jsonl").read_text().splitlines()]
+        "spec_id": spec_id(cell.spec),
+        "method": "adamlr+none+random",
+    }
+    metrics = [
+        json.loads(line) for line in (cell.run_dir(tmp_path / "runs") / "metrics.jsonl").read_text().splitlines()
+    ]
     history = [{k: v for k, v in h.items() if not k.startswith("_")} for h in run["history"]]
     assert [h["val_acc"] for h in history] == [m["val_acc"] for m in metrics]
     assert [h["_step"] for h in run["history"]] == [m["step"] for m in metrics] == [0, 10, 20, 30, 40]
@@ -136,21 +155,51 @@ def test_a_run_dir_keeps_its_id_and_a_fresh_one_gets_a_new_one(tmp_path):
 
 
 def test_bad_input_with_tracking_on_leaves_no_run_dir(tmp_path):
-    proc = run_cli("run", "--model", "resnet18", "--wandb", "offline", "--out", tmp_path / "run",
-                   env={"WANDB_DIR": str(tmp_path), **OFFLINE})
+    proc = run_cli(
+        "run",
+        "--model",
+        "resnet18",
+        "--wandb",
+        "offline",
+        "--out",
+        tmp_path / "run",
+        env={"WANDB_DIR": str(tmp_path), **OFFLINE},
+    )
     assert proc.returncode == 2 and "takes" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()
 
 
-
-
 def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_starts_another(tmp_path):
-    args = ["run", "--set", "p=23", "--set", "batch_size=64", "--set", "d=32", "--set", "hidden=64", "--set", "eval_every=50",
-            "--set", "checkpoint_every=100", "--set", "patience=none", "--steps", "600", "--wandb", "offline"]
+    args = [
+        "run",
+        "--set",
+        "p=23",
+        "--set",
+        "batch_size=64",
+        "--set",
+        "d=32",
+        "--set",
+        "hidden=64",
+        "--set",
+        "eval_every=50",
+        "--set",
+        "checkpoint_every=100",
+        "--set",
+        "patience=none",
+        "--steps",
+        "600",
+        "--wandb",
+        "offline",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE}
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "suite", *args, "--out", str(out)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", *args, "--out", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_step(proc, out, 200)
     proc.send_signal(signal.SIGUSR1)  # Slurm's warning before a requeue
     assert proc.wait(timeout=120) == 3, proc.communicate()[1]
@@ -165,13 +214,36 @@ def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_start
     assert fresh.returncode == 0, fresh.stderr
     assert kept_id(tmp_path / "again") != first
     assert offline_run(tmp_path, kept_id(tmp_path / "again"))["config"]["spec_id"] == spec_id(
-        json.loads((out / "spec.json").read_text()))
+        json.loads((out / "spec.json").read_text())
+    )
 
 
 def test_dotted_flags_set_settings_and_bad_ones_are_refused(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "--set", "p=11", "--sampler.batch_size", "16", "--model.d=16", "--model.hidden", "32", "--opt.lr", "3e-3",
-                 "--train.steps=20", "--train.eval_every", "10", "--wandb", "off", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--set",
+                "p=11",
+                "--sampler.batch_size",
+                "16",
+                "--model.d=16",
+                "--model.hidden",
+                "32",
+                "--opt.lr",
+                "3e-3",
+                "--train.steps=20",
+                "--train.eval_every",
+                "10",
+                "--wandb",
+                "off",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     spec = json.loads((out / "spec.json").read_text())
     assert (spec["model"]["d"], spec["model"]["hidden"], spec["opt"]["lr"]) == (16, 32, 0.003)
     assert (spec["train"]["steps"], spec["train"]["eval_every"]) == (20, 10)
@@ -197,17 +269,33 @@ def test_the_readme_sweep_drives_suite_run(tmp_path):
     readme = (REPO / "README.md").read_text()
     sweep = yaml.safe_load(readme.split("<!-- sweep -->\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0])
     params = {k: v["values"][0] if "values" in v else v["value"] for k, v in sweep["parameters"].items()}
-    params |= {"task.p": 11, "sampler.batch_size": 16, "model.d": 16, "model.hidden": 32, "train.steps": 20, "train.eval_every": 10}
+    params |= {
+        "task.p": 11,
+        "sampler.batch_size": 16,
+        "model.d": 16,
+        "model.hidden": 32,
+        "train.steps": 20,
+        "train.eval_every": 10,
+    }
     command_args = {k: {"value": v} for k, v in params.items()}
     args = create_sweep_command_args({"args": command_args})["args"]
     assert "--opt.lr=0.003" in args
     filled = {"${env}": [], "${interpreter}": [sys.executable], "${args}": args}
     command = [part for c in sweep["command"] for part in filled.get(c, [c])]
     config_util.save_config_file_from_dict(tmp_path / "sweep-config.yaml", command_args)
-    agent = {"WANDB_SWEEP_ID": "sweep1", "WANDB_RUN_ID": "agentrun",
-             "WANDB_SWEEP_PARAM_PATH": str(tmp_path / "sweep-config.yaml")}
-    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE, **agent})
+    agent = {
+        "WANDB_SWEEP_ID": "sweep1",
+        "WANDB_RUN_ID": "agentrun",
+        "WANDB_SWEEP_PARAM_PATH": str(tmp_path / "sweep-config.yaml"),
+    }
+    proc = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE, **agent},
+    )
     assert proc.returncode == 0, proc.stderr
     run_dir = (tmp_path / proc.stdout.strip().splitlines()[-1]).parent
     spec = json.loads((run_dir / "spec.json").read_text())

@@ -6,18 +6,28 @@ import sys
 
 import pytest
 import torch
+from conftest import REPO
 from safetensors.torch import load_file
 
-from conftest import REPO
-from suite.registry import SuiteError
-from suite.spec import resolve
-from suite.spec import task_data
+from suite import SuiteError
+from suite.spec import resolve, task_data
 from suite.train import train
 from suite.weights import load_model, path_of, step_of
 
-# memorizes by step ~175 and holds val acc 0.9 from step ~250 (for the 50 steps of `hold`) (Adam-LR, p = 23): a second or two
-CELL = {"p": 23, "train_frac": 0.7, "test_frac": 0.3, "batch_size": 64, "target": 0.9, "train.steps": 600,
-        "eval_every": 25, "hold": 50, "patience": 50, "keep_weights": True}
+# memorizes by step ~175 and holds val acc 0.9 from step ~250 (for the 50 steps of `hold`) (Adam-LR,
+# p = 23): a second or two
+CELL = {
+    "p": 23,
+    "train_frac": 0.7,
+    "test_frac": 0.3,
+    "batch_size": 64,
+    "target": 0.9,
+    "train.steps": 600,
+    "eval_every": 25,
+    "hold": 50,
+    "patience": 50,
+    "keep_weights": True,
+}
 CHOICES = {"opt": "adamlr"}
 
 

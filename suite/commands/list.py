@@ -7,11 +7,15 @@ from suite.registry import ALL, RUNNERS, _closest
 
 
 def add(sub) -> None:
-    p = sub.add_parser("list", help="show every registered task, model, optimizer, sampler, filter and runner",
-                       description="List registered components with their settings. `list opt`, `list 'adam*'`, "
-                                   "`list model '*former*'`.")
-    p.add_argument("kind", nargs="?", help="only this kind: task, model, opt, sampler, filter, runner or preset; "
-                                           "or a name pattern")
+    p = sub.add_parser(
+        "list",
+        help="show every registered task, model, optimizer, sampler, filter and runner",
+        description="List registered components with their settings. `list opt`, `list 'adam*'`, "
+        "`list model '*former*'`.",
+    )
+    p.add_argument(
+        "kind", nargs="?", help="only this kind: task, model, opt, sampler, filter, runner or preset; or a name pattern"
+    )
     p.add_argument("pattern", nargs="?", help="only names matching this shell-style pattern, e.g. 'adam*'")
     p.add_argument("--origin", action="store_true", help="also say where each component is defined (file:line)")
 
@@ -23,8 +27,10 @@ def run(args) -> int:
     kind, pattern = args.kind, args.pattern
     if kind is not None and kind not in registries and kind != "preset":
         if pattern is not None or not any(ch in kind for ch in "*?[") and not _matches_any(registries, kind):
-            raise SuiteError(f"unknown kind '{kind}'{_closest(kind, [*registries, 'preset'])}; known: "
-                             f"{', '.join(registries)}, preset (or give a name pattern such as 'adam*')")
+            raise SuiteError(
+                f"unknown kind '{kind}'{_closest(kind, [*registries, 'preset'])}; known: "
+                f"{', '.join(registries)}, preset (or give a name pattern such as 'adam*')"
+            )
         kind, pattern = None, kind  # `list 'adam*'`: a pattern across every kind
     if kind == "preset":
         return _print_presets()

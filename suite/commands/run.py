@@ -11,8 +11,11 @@ from suite.errors import SuiteError
 
 
 def add(sub) -> None:
-    p = sub.add_parser("run", help="train one cell and write DIR/spec.json, metrics.jsonl, result.json",
-                       description="Train one cell. The last stdout line is the path of result.json.")
+    p = sub.add_parser(
+        "run",
+        help="train one cell and write DIR/spec.json, metrics.jsonl, result.json",
+        description="Train one cell. The last stdout line is the path of result.json.",
+    )
     p.add_argument("--task", help="task name (default modular)")
     p.add_argument("--model", help="model name (default mlp)")
     p.add_argument("--opt", help="optimizer name (default adam)")
@@ -21,13 +24,21 @@ def add(sub) -> None:
     p.add_argument("--preset", help="a named configuration (see `list preset`); flags and --set override it")
     seed = p.add_mutually_exclusive_group()
     seed.add_argument("--seed", type=int, default=0, help="run seed: initialisation, split and batches (default 0)")
-    seed.add_argument("--seeds", metavar="LIST",
-                      help="several seeds, e.g. 0-31 or 0,1,2: trained as one ensemble (torch.func) when that is "
-                           "exact, each into its own run dir")
+    seed.add_argument(
+        "--seeds",
+        metavar="LIST",
+        help="several seeds, e.g. 0-31 or 0,1,2: trained as one ensemble (torch.func) when that is "
+        "exact, each into its own run dir",
+    )
     p.add_argument("--steps", type=int, help="update budget (train.steps)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable); a KIND.KEY "
-                        "setting also as --KIND.KEY VALUE or --KIND.KEY=VALUE, e.g. --opt.lr 1e-3 (W&B sweeps)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable); a KIND.KEY "
+        "setting also as --KIND.KEY VALUE or --KIND.KEY=VALUE, e.g. --opt.lr 1e-3 (W&B sweeps)",
+    )
     p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
     flags.root(p)
     flags.device(p)
@@ -50,8 +61,14 @@ def run(args) -> int:
         if (run_dir / "spec.json").exists() and read_json(run_dir / "spec.json") != canonical(spec):
             raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
     try:
-        results = run_pending(specs, run_dirs, [str(d) for d in run_dirs], device, args.compile,
-                              lambda i: make_tracker(args.wandb, specs[i], run_dirs[i]))
+        results = run_pending(
+            specs,
+            run_dirs,
+            [str(d) for d in run_dirs],
+            device,
+            args.compile,
+            lambda i: make_tracker(args.wandb, specs[i], run_dirs[i]),
+        )
     except Preempted as stop:
         print(f"stopped: {stop}", file=sys.stderr)
         return 3  # not an error: the checkpoint is in place for the requeued job
@@ -103,7 +120,9 @@ def parse_seeds(text: str) -> list[int]:
                 raise ValueError
             seeds += [s for s in span if s not in seeds]
     except ValueError:
-        raise SuiteError(f"--seeds takes a list like 0-31 or 0,1,2 (non-negative, first <= last), got '{text}'") from None
+        raise SuiteError(
+            f"--seeds takes a list like 0-31 or 0,1,2 (non-negative, first <= last), got '{text}'"
+        ) from None
     return seeds
 
 

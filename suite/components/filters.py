@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from suite import SuiteError, register_filter
 from suite.contracts import GradFilter
-from suite.registry import SuiteError, register_filter
 
 
 @register_filter("none", elementwise=True)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from suite import SuiteError, register_optimizer
 from suite.measures import sigma_max
-from suite.registry import SuiteError, register_optimizer
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ParamGroups:
     rest: list[torch.nn.Parameter]
 
     @classmethod
-    def of(cls, model: torch.nn.Module) -> "ParamGroups":
+    def of(cls, model: torch.nn.Module) -> ParamGroups:
         E = getattr(model, "embedding_weight", None)
         rest = [p for p in model.parameters() if p is not E]
         return cls([E] if E is not None else [], getattr(model, "coupled_weight", None), rest)
@@ -40,8 +40,9 @@ class ParamGroups:
         return self.embedding + self.rest
 
 
-def _check(*, weight_decay: float, betas: tuple[float, float] | None = None, eps: float | None = None,
-           **positive: float) -> None:
+def _check(
+    *, weight_decay: float, betas: tuple[float, float] | None = None, eps: float | None = None, **positive: float
+) -> None:
     """Settings that make no sense stop the run before it starts. torch takes some of them: a
     negative lr in a param group (Adam-LR's c < 0), a beta of 1, an eps of 0."""
     for name, value in positive.items():
@@ -57,20 +58,34 @@ def _check(*, weight_decay: float, betas: tuple[float, float] | None = None, eps
 
 def _need_embedding(groups: ParamGroups, name: str) -> None:
     if not groups.embedding:
-        raise SuiteError(f"optimizer '{name}' scales the embedding learning rate, but this model has no token embedding")
+        raise SuiteError(
+            f"optimizer '{name}' scales the embedding learning rate, but this model has no token embedding"
+        )
 
 
 @register_optimizer("adam", elementwise=True)
-def adam(groups: ParamGroups, *, lr: float = 1e-2, weight_decay: float = 1e-3,
-         betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+def adam(
+    groups: ParamGroups,
+    *,
+    lr: float = 1e-2,
+    weight_decay: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+):
     """Adam with coupled L2 weight decay (the paper's baseline)."""
     _check(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
     return torch.optim.Adam(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
 
 
 @register_optimizer("adamw", elementwise=True)
-def adamw(groups: ParamGroups, *, lr: float = 1e-3, weight_decay: float = 1.0,
-          betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8):
+def adamw(
+    groups: ParamGroups,
+    *,
+    lr: float = 1e-3,
+    weight_decay: float = 1.0,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-8,
+):
     """AdamW with decoupled weight decay (defaults: Nanda et al.'s grokking transformer)."""
     _check(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
     return torch.optim.AdamW(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
@@ -86,20 +101,37 @@ def sgd(groups: ParamGroups, *, lr: float = 1e-1, momentum: float = 0.9, weight_
 
 
 @register_optimizer("adamlr", elementwise=True)
-def adamlr(groups: ParamGroups, *, lr: float = 1e-2, c: float = 10.0, weight_decay: float = 1e-3,
-           betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+def adamlr(
+    groups: ParamGroups,
+    *,
+    lr: float = 1e-2,
+    c: float = 10.0,
+    weight_decay: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+):
     """Adam-LR: Adam with the embedding's learning rate at c * lr (paper: c = 10)."""
     _check(lr=lr, c=c, weight_decay=weight_decay, betas=betas, eps=eps)
     _need_embedding(groups, "adamlr")
     return torch.optim.Adam(
         [{"params": groups.embedding, "lr": c * lr}, {"params": groups.rest, "lr": lr}],
-        lr=lr, weight_decay=weight_decay, betas=betas, eps=eps,
+        lr=lr,
+        weight_decay=weight_decay,
+        betas=betas,
+        eps=eps,
     )
 
 
 @register_optimizer("adamwlr", elementwise=True)
-def adamwlr(groups: ParamGroups, *, lr: float = 1e-3, c: float = 10.0, weight_decay: float = 1.0,
-            betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8):
+def adamwlr(
+    groups: ParamGroups,
+    *,
+    lr: float = 1e-3,
+    c: float = 10.0,
+    weight_decay: float = 1.0,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-8,
+):
     """Adam-LR with decoupled weight decay: AdamW with the embedding's learning rate at c * lr
     (defaults: adamw's, Nanda et al.'s grokking transformer). AdamW decays a parameter by its
     group's lr * weight_decay each step, so E's decay is scaled by c with the rest of its step;
@@ -108,7 +140,10 @@ def adamwlr(groups: ParamGroups, *, lr: float = 1e-3, c: float = 10.0, weight_de
     _need_embedding(groups, "adamwlr")
     return torch.optim.AdamW(
         [{"params": groups.embedding, "lr": c * lr}, {"params": groups.rest, "lr": lr}],
-        lr=lr, weight_decay=weight_decay, betas=betas, eps=eps,
+        lr=lr,
+        weight_decay=weight_decay,
+        betas=betas,
+        eps=eps,
     )
 
 
@@ -129,9 +164,12 @@ class AdaptiveAdamLR(torch.optim.Adam):
         self.E, self.W = groups.embedding[0], groups.coupled
         c = self._clamp(self._sigma_ratio(), c_min, c_max)  # f_E unknown yet: 1
         super().__init__(
-            [{"params": groups.embedding, "lr": c * lr, "c": c, "rows_hit": 0.0, "steps_seen": 0},
-             {"params": groups.rest, "lr": lr}],
-            lr=lr, **adam_kw,
+            [
+                {"params": groups.embedding, "lr": c * lr, "c": c, "rows_hit": 0.0, "steps_seen": 0},
+                {"params": groups.rest, "lr": lr},
+            ],
+            lr=lr,
+            **adam_kw,
         )
         self.every, self.c_min, self.c_max = every, c_min, c_max
 
@@ -157,9 +195,17 @@ class AdaptiveAdamLR(torch.optim.Adam):
 
 
 @register_optimizer("adamlr_adaptive")
-def adamlr_adaptive(groups: ParamGroups, *, lr: float = 1e-2, every: int = 100, c_min: float = 0.5,
-                    c_max: float = 100.0, weight_decay: float = 1e-3,
-                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+def adamlr_adaptive(
+    groups: ParamGroups,
+    *,
+    lr: float = 1e-2,
+    every: int = 100,
+    c_min: float = 0.5,
+    c_max: float = 100.0,
+    weight_decay: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+):
     """Adam-LR with c = sigma_max(E)/sigma_max(W) * f_W/f_E re-estimated every `every` steps."""
     _need_embedding(groups, "adamlr_adaptive")
     if groups.coupled is None:

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import torch
 
-from suite.data import TaskData
+from suite import SuiteError, register_sampler
 from suite.contracts import Sampler
-from suite.registry import SuiteError, register_sampler
+from suite.data import TaskData
 
 
 def _check_batch(batch_size: int, data: TaskData) -> None:
     if batch_size <= 0:
         raise SuiteError(f"batch_size must be positive, got {batch_size}")
     if batch_size > len(data.y_train):  # a smaller batch than asked, silently: say so instead
-        raise SuiteError(f"batch_size {batch_size} is larger than the training set ({len(data.y_train)} examples); "
-                         "--sampler full trains on all of it")
+        raise SuiteError(
+            f"batch_size {batch_size} is larger than the training set ({len(data.y_train)} examples); "
+            "--sampler full trains on all of it"
+        )
 
 
 @register_sampler("random")
@@ -61,8 +63,15 @@ class FrequencyAware(Sampler):
     example (the operator, '=') carry no choice and are left out. power = 0 is uniform.
     """
 
-    def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512, power: float = 1.0,
-                 rounds: int = 200):
+    def __init__(
+        self,
+        data: TaskData,
+        generator: torch.Generator,
+        *,
+        batch_size: int = 512,
+        power: float = 1.0,
+        rounds: int = 200,
+    ):
         if data.token_freq is None:
             raise SuiteError("sampler 'frequency' needs a task that reports token frequencies (a token task)")
         _check_batch(batch_size, data)
@@ -108,8 +117,15 @@ class GradSoftmax(Sampler):
 
     reads_embedding_grad = True
 
-    def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512, gamma: float = 1.0,
-                 beta: float = 0.99):
+    def __init__(
+        self,
+        data: TaskData,
+        generator: torch.Generator,
+        *,
+        batch_size: int = 512,
+        gamma: float = 1.0,
+        beta: float = 0.99,
+    ):
         if data.token_freq is None:
             raise SuiteError("sampler 'grad_softmax' needs a task that reports token frequencies (a token task)")
         _check_batch(batch_size, data)

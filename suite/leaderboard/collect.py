@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
 from suite.config import TrainConfig
+from suite.errors import SuiteError
 from suite.leaderboard.tables import fmt_value
-from suite.registry import SuiteError
 from suite.results import TRAIN, runner_of
 from suite.spec import spec_id
 
@@ -35,6 +36,8 @@ def hold_of(train: dict) -> int:
     if train.get("patience") is not None:
         return int(train["patience"])
     return TrainConfig.hold
+
+
 SHORT = {"batch_size": "bs", "weight_decay": "wd"}
 ABSENT = ("<absent>",)  # a setting a run does not have: differs from every value it could have
 
@@ -69,8 +72,28 @@ class Collection:
     metrics: dict = field(default_factory=dict)  # run dir -> DataFrame of metrics.jsonl
     result_of: dict = field(default_factory=dict)  # run dir -> its result.json
 
-    def __post_init__(self):
-        self.method_label, self.cell_label = MethodLabels(self.methods), CellLabels(self.cells)
+    @cached_property
+    def method_label(self) -> MethodLabels:
+        return MethodLabels(self.methods)
+
+    @cached_property
+    def cell_label(self) -> CellLabels:
+        return CellLabels(self.cells)
+
+
+RUN_COLUMNS = [
+    "dir",
+    "run_id",
+    "seed",
+    "task",
+    "model",
+    "cell_id",
+    "method_id",
+    "wall_s",
+    "budget",
+    "eval_every",
+    "git_commit",
+]
 
 
 def collect(root: str | Path) -> Collection:
@@ -80,7 +103,22 @@ def collect(root: str | Path) -> Collection:
     root = Path(root)
     if not root.is_dir():
         raise SuiteError(f"{root}: no such directory of runs")
-    results, rows, cell_ids, method_ids, cells, methods, metrics, result_of, seen = {}, [], {}, {}, {}, {}, {}, {}, set()
+    col = Collection(root, {}, pd.DataFrame(columns=RUN_COLUMNS), {}, {})
+    ids: dict = {"cell": {}, "method": {}}
+    rows = []
+    for rel, runner, result in _results(root):
+        col.results.setdefault(runner, []).append({"dir": rel, "spec": result["spec"], "result": result})
+        if runner == TRAIN:
+            rows.append(_training_run(col, ids, rel, result))
+    if not col.results:
+        raise SuiteError(f"{root}: no readable result.json under it")
+    col.runs = one_run_per_seed(pd.DataFrame(rows, columns=RUN_COLUMNS))
+    return col
+
+
+def _results(root: Path):
+    """(run dir relative to root, runner, result) of every readable result.json, each spec once."""
+    seen = set()
     for path in sorted(root.rglob("result.json")):
         try:
             result = json.loads(path.read_text())
@@ -94,35 +132,38 @@ def collect(root: str | Path) -> Collection:
             print(f"warning: {path}: not a result file of this suite (no full spec); skipped", file=sys.stderr)
             continue
         run_id = result.get("run_id") or spec_id(spec)
-        if run_id in seen:
-            continue
-        seen.add(run_id)
-        rel = path.parent.relative_to(root).as_posix()
-        results.setdefault(runner, []).append({"dir": rel, "spec": spec, "result": result})
-        if runner != TRAIN:
-            continue
-        train = spec["train"]
-        cell = {f"{kind}.{k}": frozen(v) for kind in ("task", "model") for k, v in spec[kind].items()}
-        cell |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train} | {"train.hold": hold_of(train)}
-        method = {f"{kind}.{k}": frozen(v) for kind in COMPONENTS for k, v in spec[kind].items()}
-        method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in CELL_TRAIN + CONDITION_TRAIN}
-        cell_id = cell_ids.setdefault(settings_key(cell), len(cell_ids))
-        method_id = method_ids.setdefault(settings_key(method), len(method_ids))
-        cells.setdefault(cell_id, cell)  # in the spec's order, for the headers
-        methods.setdefault(method_id, method)
-        metrics[rel] = _read_metrics(path.parent / "metrics.jsonl")
-        result_of[rel] = result
-        rows.append({
-            "dir": rel, "run_id": run_id, "seed": spec["seed"], "task": spec["task"]["name"],
-            "model": spec["model"]["name"], "cell_id": cell_id, "method_id": method_id,
-            "wall_s": result.get("wall_s"), "budget": train.get("steps"), "eval_every": train.get("eval_every"),
-            "git_commit": result.get("git_commit"),
-        })
-    if not results:
-        raise SuiteError(f"{root}: no readable result.json under it")
-    runs = pd.DataFrame(rows, columns=["dir", "run_id", "seed", "task", "model", "cell_id", "method_id", "wall_s",
-                                       "budget", "eval_every", "git_commit"])
-    return Collection(root, results, one_run_per_seed(runs), cells, methods, metrics, result_of)
+        if run_id not in seen:
+            seen.add(run_id)
+            yield path.parent.relative_to(root).as_posix(), runner, result | {"run_id": run_id}
+
+
+def _training_run(col: Collection, ids: dict, rel: str, result: dict) -> dict:
+    """A training run's row: its cell and method (registered in col on first sight), its metrics read."""
+    spec = result["spec"]
+    train = spec["train"]
+    cell = {f"{kind}.{k}": frozen(v) for kind in ("task", "model") for k, v in spec[kind].items()}
+    cell |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train} | {"train.hold": hold_of(train)}
+    method = {f"{kind}.{k}": frozen(v) for kind in COMPONENTS for k, v in spec[kind].items()}
+    method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in CELL_TRAIN + CONDITION_TRAIN}
+    cell_id = ids["cell"].setdefault(settings_key(cell), len(ids["cell"]))
+    method_id = ids["method"].setdefault(settings_key(method), len(ids["method"]))
+    col.cells.setdefault(cell_id, cell)  # in the spec's order, for the headers
+    col.methods.setdefault(method_id, method)
+    col.metrics[rel] = _read_metrics(col.root / rel / "metrics.jsonl")
+    col.result_of[rel] = result
+    return {
+        "dir": rel,
+        "run_id": result["run_id"],
+        "seed": spec["seed"],
+        "task": spec["task"]["name"],
+        "model": spec["model"]["name"],
+        "cell_id": cell_id,
+        "method_id": method_id,
+        "wall_s": result.get("wall_s"),
+        "budget": train.get("steps"),
+        "eval_every": train.get("eval_every"),
+        "git_commit": result.get("git_commit"),
+    }
 
 
 def one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
@@ -131,8 +172,10 @@ def one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
     order = runs.sort_values(["budget", "dir"], ascending=[False, True], kind="stable")
     kept = order.drop_duplicates(["cell_id", "method_id", "seed"])
     if len(kept) < len(runs):
-        print(f"note: {len(runs) - len(kept)} runs of a seed that also ran with a longer budget were left out",
-              file=sys.stderr)
+        print(
+            f"note: {len(runs) - len(kept)} runs of a seed that also ran with a longer budget were left out",
+            file=sys.stderr,
+        )
     return runs.loc[sorted(kept.index)].reset_index(drop=True)
 
 
@@ -156,17 +199,24 @@ class MethodLabels:
         self.varying = {}
         for kind in COMPONENTS:
             for name in {m[f"{kind}.name"] for m in settings}:
-                same = [{k: v for k, v in m.items() if k.startswith(kind + ".")}
-                        for m in settings if m[f"{kind}.name"] == name]
+                same = [
+                    {k: v for k, v in m.items() if k.startswith(kind + ".")}
+                    for m in settings
+                    if m[f"{kind}.name"] == name
+                ]
                 self.varying[kind, name] = set(_varying(same))
         self.train_varying = [k for k in _varying(settings) if k.startswith("train.")]
         self.sampler_names_vary = len({m["sampler.name"] for m in settings}) > 1
 
     def __call__(self, m: dict, drop: tuple[str, ...] = ()) -> str:
         """drop: setting keys (opt.c) or whole components (sampler) to leave out."""
+
         def part(kind):
-            shown = " ".join(f"{_bare(k)}={fmt_value(v)}" for k, v in m.items()
-                             if k in self.varying[kind, m[f"{kind}.name"]] and k not in drop)
+            shown = " ".join(
+                f"{_bare(k)}={fmt_value(v)}"
+                for k, v in m.items()
+                if k in self.varying[kind, m[f"{kind}.name"]] and k not in drop
+            )
             return f"{m[f'{kind}.name']} {shown}".strip()
 
         label = part("opt")

@@ -78,7 +78,7 @@ def permutation_p(baseline: list[float], row: list[float], paired: bool) -> floa
         counts = _subset_sums(ranks, size=None)
     else:
         ranks = _doubled(rankdata(np.concatenate([b, r])))
-        observed = ranks[len(b):].sum()
+        observed = ranks[len(b) :].sum()
         counts = _subset_sums(ranks, size=len(r))
     sums = np.arange(len(counts))
     centre = (counts * sums).sum() / counts.sum()

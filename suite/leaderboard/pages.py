@@ -14,30 +14,79 @@ from suite.leaderboard.collect import Collection
 from suite.leaderboard.plots import plot_accuracy, plot_emb_norms, plot_profile
 from suite.leaderboard.sections import Cell, Files, Page, registered
 from suite.leaderboard.stats import cell_tables, performance_profile
-from suite.leaderboard.tables import (accuracy_text, commits_text, fmt_value, interval_text, md_table, milestone_text,
-                                      p_text, range_text, ratio_text, settings_text, slug, steps_text, write_csv)
+from suite.leaderboard.tables import (
+    accuracy_text,
+    commits_text,
+    fmt_value,
+    interval_text,
+    md_table,
+    milestone_text,
+    p_text,
+    range_text,
+    ratio_text,
+    settings_text,
+    slug,
+    steps_text,
+    write_csv,
+)
 
 HEADING = "# Leaderboard: "  # a task/model page's first line: terminal_summary prints those pages
-CSV_COLUMNS = ["cell", "row", "method", "seeds", "grokked", "success_rate", "touched", "collapsed", "memorization_median",
-               "memorization_min", "memorization_max", "grok_median", "grok_min", "grok_max", "delay_median", "delay_min",
-               "delay_max", "best_val_median", "best_val_min", "best_val_max", "final_val_median", "final_val_min",
-               "final_val_max", "time_to_target", "speedup", "speedup_ci_low", "speedup_ci_high", "p_value", "verdict",
-               "baseline", "wall_s_median", "budget", "method_settings"]
+CSV_COLUMNS = [
+    "cell",
+    "row",
+    "method",
+    "seeds",
+    "grokked",
+    "success_rate",
+    "touched",
+    "collapsed",
+    "memorization_median",
+    "memorization_min",
+    "memorization_max",
+    "grok_median",
+    "grok_min",
+    "grok_max",
+    "delay_median",
+    "delay_min",
+    "delay_max",
+    "best_val_median",
+    "best_val_min",
+    "best_val_max",
+    "final_val_median",
+    "final_val_min",
+    "final_val_max",
+    "time_to_target",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "p_value",
+    "verdict",
+    "baseline",
+    "wall_s_median",
+    "budget",
+    "method_settings",
+]
 
 
 def training_pages(col: Collection, command: str, tau_max: float, files: Files) -> list[str]:
     """Adds the task/model pages and the profile to files; returns what index.md says of them."""
     table = cell_tables(col)
-    pages = [_pair_page(files, col, task, model, rows, command)
-             for (task, model), rows in table.groupby(["task", "model"], sort=True)]
+    pages = [
+        _pair_page(files, col, task, model, rows, command)
+        for (task, model), rows in table.groupby(["task", "model"], sort=True)
+    ]
     ratios, scores = performance_profile(table, tau_max)
     _profile_page(files, ratios, scores, tau_max, command)
-    body = [[f"[{p['task']} / {p['model']}]({p['name']}.md)", str(p["cells"]), str(p["methods"]), str(p["runs"])]
-            for p in pages]
-    return [f"Budgets: {range_text(sorted(col.runs['budget'].unique()))} steps per run; seeds: "
-            f"{', '.join(str(s) for s in sorted(col.runs['seed'].unique()))}.\n",
-            md_table(["task / model", "cells", "methods", "runs"], body, right={1, 2, 3}),
-            f"Across cells: [performance profile](profile.md) (tau_max {tau_max:g}).\n"]
+    body = [
+        [f"[{p['task']} / {p['model']}]({p['name']}.md)", str(p["cells"]), str(p["methods"]), str(p["runs"])]
+        for p in pages
+    ]
+    return [
+        f"Budgets: {range_text(sorted(col.runs['budget'].unique()))} steps per run; seeds: "
+        f"{', '.join(str(s) for s in sorted(col.runs['seed'].unique()))}.\n",
+        md_table(["task / model", "cells", "methods", "runs"], body, right={1, 2, 3}),
+        f"Across cells: [performance profile](profile.md) (tau_max {tau_max:g}).\n",
+    ]
 
 
 def terminal_summary(out: Path, written: list[str]) -> list[str]:
@@ -52,60 +101,52 @@ def terminal_summary(out: Path, written: list[str]) -> list[str]:
             continue
         page = [line for line in text.splitlines() if line.startswith(("#", "|"))]
         # a heading only where a table follows it (sampling sections hold just a plot)
-        lines += [line for i, line in enumerate(page)
-                  if line.startswith(("|", "# ")) or (i + 1 < len(page) and page[i + 1].startswith("|"))]
-        lines += [f"plot: {Path(out) / png}" for png in written
-                  if png.startswith(rel[:-3] + "/") and png.endswith(".accuracy.png")]
+        lines += [
+            line
+            for i, line in enumerate(page)
+            if line.startswith(("|", "# ")) or (i + 1 < len(page) and page[i + 1].startswith("|"))
+        ]
+        lines += [
+            f"plot: {Path(out) / png}"
+            for png in written
+            if png.startswith(rel[:-3] + "/") and png.endswith(".accuracy.png")
+        ]
         lines.append("")
     return lines
+
+
+TABLE_HEADER = (
+    "# | method | seeds | success | touched | collapsed | memorization | grok | delay | best val | final val | "
+    "time to target | speed-up [95% CI] | p | verdict | baseline | wall s".split(" | ")
+)
 
 
 def _pair_page(files: Files, col: Collection, task: str, model: str, rows: pd.DataFrame, command: str) -> dict:
     name = slug(f"{task}-{model}", set())
     runs = col.runs[(col.runs["task"] == task) & (col.runs["model"] == model)]
     taken: set = set()
-    lines = [f"{HEADING}{task} / {model}\n",
-             f"Generated by `{command}` from the {len(runs)} result files of this task and model "
-             f"(git commits recorded in them: {commits_text(runs['git_commit'])}). "
-             "Columns are defined in [index.md](index.md#how-to-read-the-tables).\n"]
+    lines = [
+        f"{HEADING}{task} / {model}\n",
+        f"Generated by `{command}` from the {len(runs)} result files of this task and model "
+        f"(git commits recorded in them: {commits_text(runs['git_commit'])}). "
+        "Columns are defined in [index.md](index.md#how-to-read-the-tables).\n",
+    ]
     csv_rows = []
     for _, cell_rows in rows.groupby("cell_label", sort=True):
         cell_rows = cell_rows.sort_values("row")
-        cell_id = cell_rows["cell_id"].iloc[0]
-        cell_runs = runs[runs["cell_id"] == cell_id]
+        cell_runs = runs[runs["cell_id"] == cell_rows["cell_id"].iloc[0]]
         label = cell_rows["cell_label"].iloc[0]
-        settings = col.cells[cell_id]
-        budget = int(cell_rows["budget"].iloc[0])
-        lines.append(f"## {label or 'all runs'}\n")
-        budget_text = f"Budget {budget} steps"
-        if cell_runs["budget"].nunique() > 1:
-            budget_text += f" (runs had {range_text(sorted(cell_runs['budget']))}; later milestones count as not reached)"
+        lines += [f"## {label or 'all runs'}\n", _cell_header(col, cell_rows, cell_runs)]
         lines.append(
-            f"Task {settings_text(settings, 'task')}; model {settings_text(settings, 'model')}.  \n"
-            f"{budget_text}, evaluated every {range_text(sorted(cell_runs['eval_every']))} steps; "
-            f"seeds {', '.join(str(s) for s in sorted(cell_runs['seed'].unique()))}; memorized = train acc >= "
-            f"{fmt_value(settings.get('train.memorization'))}, grokked = val acc >= {fmt_value(settings.get('train.target'))} "
-            f"held {settings['train.hold']} steps; commits {commits_text(cell_runs['git_commit'])}.\n")
-        body = []
-        for r in cell_rows.itertuples():
-            body.append([str(r.row), r.method, str(r.seeds), f"{r.grokked}/{r.seeds}", f"{r.touched}/{r.seeds}",
-                         f"{r.collapsed}/{r.seeds}",
-                         milestone_text(r.memorization_median, r.memorization_min, r.memorization_max, r.memorized, r.seeds),
-                         milestone_text(r.grok_median, r.grok_min, r.grok_max, r.grokked, r.seeds),
-                         milestone_text(r.delay_median, r.delay_min, r.delay_max, r.n_delay, r.seeds),
-                         accuracy_text(r.best_val_median, r.best_val_min, r.best_val_max),
-                         accuracy_text(r.final_val_median, r.final_val_min, r.final_val_max),
-                         steps_text(r.time_to_target), interval_text(r.speedup, r.speedup_ci_low, r.speedup_ci_high),
-                         p_text(r.p_value), r.verdict or "-",
-                         "-" if pd.isna(r.baseline_row) else f"#{int(r.baseline_row)}",
-                         "-" if math.isnan(r.wall_s_median) else f"{r.wall_s_median:.1f}"])
-            csv_rows.append({**{k: getattr(r, k) for k in CSV_COLUMNS if k not in ("cell", "method_settings")},
-                             "cell": label, "method_settings": json.dumps(r.settings, sort_keys=True)})
-        header = ["#", "method", "seeds", "success", "touched", "collapsed", "memorization", "grok", "delay", "best val",
-                  "final val", "time to target", "speed-up [95% CI]", "p", "verdict", "baseline", "wall s"]
-        lines.append(md_table(header, body, right=set(range(len(header))) - {1, 14}))
-        images = _cell_plots(files, Cell(col, cell_rows, cell_runs, label or f"{task} / {model}"),
-                             f"{name}/{slug(label, taken)}")
+            md_table(
+                TABLE_HEADER,
+                [_table_row(r) for r in cell_rows.itertuples()],
+                right=set(range(len(TABLE_HEADER))) - {1, 14},
+            )
+        )
+        csv_rows += [_csv_row(r, label) for r in cell_rows.itertuples()]
+        cell = Cell(col, cell_rows, cell_runs, label or f"{task} / {model}")
+        images = _cell_plots(files, cell, f"{name}/{slug(label, taken)}")
         lines.append("\n".join(f"![{alt}]({path})" for alt, path in images) + "\n" if images else "")
     for s in registered("page"):
         for heading, label, suffix, png in s.fn(Page(col, rows)):
@@ -114,37 +155,106 @@ def _pair_page(files: Files, col: Collection, task: str, model: str, rows: pd.Da
                 lines.append(f"## {heading}\n\n![{suffix}]({path})\n")
     files.add(f"{name}.md", "\n".join(line for line in lines if line))
     files.add(f"{name}.csv", write_csv(pd.DataFrame(csv_rows, columns=CSV_COLUMNS)))
-    return {"name": name, "task": task, "model": model, "cells": rows["cell_id"].nunique(),
-            "methods": rows["method"].nunique(), "runs": len(runs)}
+    methods, cells = rows["method"].nunique(), rows["cell_id"].nunique()
+    return {"name": name, "task": task, "model": model, "cells": cells, "methods": methods, "runs": len(runs)}
+
+
+def _cell_header(col: Collection, cell_rows: pd.DataFrame, cell_runs: pd.DataFrame) -> str:
+    """What a cell's table is of: its settings, budget, evaluations, seeds, targets and commits."""
+    settings = col.cells[cell_rows["cell_id"].iloc[0]]
+    budget_text = f"Budget {int(cell_rows['budget'].iloc[0])} steps"
+    if cell_runs["budget"].nunique() > 1:
+        budget_text += f" (runs had {range_text(sorted(cell_runs['budget']))}; later milestones count as not reached)"
+    return (
+        f"Task {settings_text(settings, 'task')}; model {settings_text(settings, 'model')}.  \n"
+        f"{budget_text}, evaluated every {range_text(sorted(cell_runs['eval_every']))} steps; "
+        f"seeds {', '.join(str(s) for s in sorted(cell_runs['seed'].unique()))}; memorized = train acc >= "
+        f"{fmt_value(settings.get('train.memorization'))}, grokked = val acc >= "
+        f"{fmt_value(settings.get('train.target'))} held {settings['train.hold']} steps; "
+        f"commits {commits_text(cell_runs['git_commit'])}.\n"
+    )
+
+
+def _table_row(r) -> list[str]:
+    """One row of a cell's table (TABLE_HEADER), from a row of stats.cell_tables."""
+    n = r.seeds
+    return [
+        str(r.row),
+        r.method,
+        str(n),
+        f"{r.grokked}/{n}",
+        f"{r.touched}/{n}",
+        f"{r.collapsed}/{n}",
+        milestone_text(r.memorization_median, r.memorization_min, r.memorization_max, r.memorized, n),
+        milestone_text(r.grok_median, r.grok_min, r.grok_max, r.grokked, n),
+        milestone_text(r.delay_median, r.delay_min, r.delay_max, r.n_delay, n),
+        accuracy_text(r.best_val_median, r.best_val_min, r.best_val_max),
+        accuracy_text(r.final_val_median, r.final_val_min, r.final_val_max),
+        steps_text(r.time_to_target),
+        interval_text(r.speedup, r.speedup_ci_low, r.speedup_ci_high),
+        p_text(r.p_value),
+        r.verdict or "-",
+        "-" if pd.isna(r.baseline_row) else f"#{int(r.baseline_row)}",
+        "-" if math.isnan(r.wall_s_median) else f"{r.wall_s_median:.1f}",
+    ]
+
+
+def _csv_row(r, cell_label: str) -> dict:
+    columns = {k: getattr(r, k) for k in CSV_COLUMNS if k not in ("cell", "method_settings")}
+    return columns | {"cell": cell_label, "method_settings": json.dumps(r.settings, sort_keys=True)}
 
 
 def _cell_plots(files: Files, cell: Cell, stem: str) -> list[tuple[str, str]]:
-    """Every cell's accuracy and embedding-norm curves, then the "cell" sections' figures: (alt, path) of those drawn."""
-    series = [(r.method, [cell.col.metrics.get(d) for d in cell.runs.loc[cell.runs["method_id"] == r.method_id, "dir"]])
-              for r in cell.rows.itertuples()]
-    figures = [("accuracy", "accuracy", plot_accuracy(cell.title, series)),
-               ("embedding norms", "emb_norms", plot_emb_norms(cell.title, series))]
+    """Every cell's accuracy and embedding-norm curves, then the "cell" sections' figures: (alt, path) of
+    those drawn."""
+    series = [
+        (r.method, [cell.col.metrics.get(d) for d in cell.runs.loc[cell.runs["method_id"] == r.method_id, "dir"]])
+        for r in cell.rows.itertuples()
+    ]
+    figures = [
+        ("accuracy", "accuracy", plot_accuracy(cell.title, series)),
+        ("embedding norms", "emb_norms", plot_emb_norms(cell.title, series)),
+    ]
     figures += [figure for s in registered("cell") for figure in s.fn(cell)]
     images = [(alt, files.add(f"{stem}.{suffix}.png", png)) for alt, suffix, png in figures]
     return [(alt, path) for alt, path in images if path]
 
 
 def _profile_page(files: Files, ratios: pd.DataFrame, scores: pd.DataFrame, tau_max: float, command: str) -> None:
-    lines = ["# Performance profile\n",
-             f"Generated by `{command}`. Time to target = median grok step over seeds (failures = inf); "
-             f"r = time to target / the best in the cell; rho(tau) = share of a method's cells with r <= tau; "
-             f"score = area under rho over [1, {tau_max:g}] / {tau_max - 1:g}. Only cells where two or more methods "
-             f"ran and one reached the target take part ({len(ratios.drop_duplicates(['task', 'model', 'cell']))} cells). "
-             "See [index.md](index.md#how-to-read-the-tables).\n"]
-    body = [[m.method, str(m.cells), str(m.best_in), f"{m.rho_1:.2f}", f"{m.rho_2:.2f}", f"{m.rho_tau_max:.2f}",
-             f"{m.score:.3f}"] for m in scores.itertuples()]
-    lines.append(md_table(["method", "cells", "best in", "rho(1)", "rho(2)", f"rho({tau_max:g})", "score"], body,
-                          right={1, 2, 3, 4, 5, 6}))
+    lines = [
+        "# Performance profile\n",
+        f"Generated by `{command}`. Time to target = median grok step over seeds (failures = inf); "
+        f"r = time to target / the best in the cell; rho(tau) = share of a method's cells with r <= tau; "
+        f"score = area under rho over [1, {tau_max:g}] / {tau_max - 1:g}. Only cells where two or more methods "
+        f"ran and one reached the target take part ({len(ratios.drop_duplicates(['task', 'model', 'cell']))} cells). "
+        "See [index.md](index.md#how-to-read-the-tables).\n",
+    ]
+    body = [
+        [
+            m.method,
+            str(m.cells),
+            str(m.best_in),
+            f"{m.rho_1:.2f}",
+            f"{m.rho_2:.2f}",
+            f"{m.rho_tau_max:.2f}",
+            f"{m.score:.3f}",
+        ]
+        for m in scores.itertuples()
+    ]
+    lines.append(
+        md_table(
+            ["method", "cells", "best in", "rho(1)", "rho(2)", f"rho({tau_max:g})", "score"],
+            body,
+            right={1, 2, 3, 4, 5, 6},
+        )
+    )
     if not scores.empty:
         lines.append(f"![performance profile]({files.add('profile.png', plot_profile(ratios, scores, tau_max))})\n")
     lines.append("## Time to target per cell\n")
-    body = [[f"{r.task} / {r.model}", r.cell or "all runs", r.method, steps_text(r.time_to_target), ratio_text(r.ratio)]
-            for r in ratios.itertuples()]
+    body = [
+        [f"{r.task} / {r.model}", r.cell or "all runs", r.method, steps_text(r.time_to_target), ratio_text(r.ratio)]
+        for r in ratios.itertuples()
+    ]
     lines.append(md_table(["task / model", "cell", "method", "time to target", "r"], body, right={3, 4}))
     files.add("profile.md", "\n".join(lines))
     files.add("profile.csv", write_csv(scores.rename(columns={"rho_tau_max": f"rho_{tau_max:g}"})))

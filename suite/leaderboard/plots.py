@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -46,8 +45,16 @@ def _curves(frames: list[pd.DataFrame], column: str):
     if not frames:
         return None
     steps = sorted(set().union(*(f["step"] for f in frames)))
-    values = np.stack([f.set_index("step")[column].reindex(steps).ffill().where(
-        pd.Series(steps, index=steps) <= f["step"].max()).to_numpy(dtype=float) for f in frames])
+    values = np.stack(
+        [
+            f.set_index("step")[column]
+            .reindex(steps)
+            .ffill()
+            .where(pd.Series(steps, index=steps) <= f["step"].max())
+            .to_numpy(dtype=float)
+            for f in frames
+        ]
+    )
     steps = np.asarray(steps, dtype=float)
     keep = steps > 0
     steps, values = steps[keep], values[:, keep]
@@ -115,8 +122,14 @@ def _spread(n: int, width: float) -> np.ndarray:
 def _seed_points(ax, xs, times: list[float], top: float, color) -> None:
     """Every seed of one row: a dot at its grok step, an x on the failure line `top` if it never grokked."""
     for x, t in zip(xs, times):
-        ax.plot(x, t if math.isfinite(t) else top, "o" if math.isfinite(t) else "x", color=color,
-                markersize=4 if math.isfinite(t) else 6, alpha=0.7)
+        ax.plot(
+            x,
+            t if math.isfinite(t) else top,
+            "o" if math.isfinite(t) else "x",
+            color=color,
+            markersize=4 if math.isfinite(t) else 6,
+            alpha=0.7,
+        )
 
 
 def plot_c_sweep(title: str, lines: list[tuple[str, pd.DataFrame, float]], budget: int) -> bytes:
@@ -129,11 +142,20 @@ def plot_c_sweep(title: str, lines: list[tuple[str, pd.DataFrame, float]], budge
         look = style(i)
         shift = 0.3 * (i - (len(lines) - 1) / 2) / max(len(lines), 1)  # lines side by side, in units of log2(c)
         for r in rows.itertuples():
-            _seed_points(ax, r.c * 2 ** (shift + _spread(len(r.times), 0.25 / max(len(lines), 1))), r.times, top,
-                         look["color"])
+            _seed_points(
+                ax, r.c * 2 ** (shift + _spread(len(r.times), 0.25 / max(len(lines), 1))), r.times, top, look["color"]
+            )
         medians = [t if math.isfinite(t) else top for t in rows["time_to_target"]]
-        ax.plot(rows["c"], medians, marker="_", markersize=14, label=label, color=look["color"],
-                linestyle=look["linestyle"], linewidth=1)
+        ax.plot(
+            rows["c"],
+            medians,
+            marker="_",
+            markersize=14,
+            label=label,
+            color=look["color"],
+            linestyle=look["linestyle"],
+            linewidth=1,
+        )
         if not math.isnan(base) and not math.isinf(base):
             ax.axhline(base, color=look["color"], linestyle=":", linewidth=1)
     ax.axhline(budget, color="grey", linewidth=0.8)
@@ -144,8 +166,11 @@ def plot_c_sweep(title: str, lines: list[tuple[str, pd.DataFrame, float]], budge
     ax.set_yscale("log")
     ax.set_xlabel("c (embedding lr = c x lr)")
     ax.set_ylabel("grok step (held)")
-    ax.set_title(f"{title}\ndot = a seed's grok step; x = no grok within the {budget}-step budget (grey line);\n"
-                 "dash = median over seeds (failures as infinity); dotted = plain baseline", fontsize="small")
+    ax.set_title(
+        f"{title}\ndot = a seed's grok step; x = no grok within the {budget}-step budget (grey line);\n"
+        "dash = median over seeds (failures as infinity); dotted = plain baseline",
+        fontsize="small",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return to_png(fig)
@@ -173,8 +198,16 @@ def plot_sampling(title: str, rows: pd.DataFrame, budget: int, split_order: tupl
                 ax.bar(pos, r.time_to_target, width, color=color, alpha=0.5)
             _seed_points(ax, pos + _spread(len(r.times), width * 0.6), r.times, top, color)
             grokked = sum(math.isfinite(t) for t in r.times)
-            ax.annotate(f"{grokked}/{len(r.times)}", (pos, top), textcoords="offset points", xytext=(0, 6), ha="center",
-                        va="bottom", rotation=90, fontsize="x-small")
+            ax.annotate(
+                f"{grokked}/{len(r.times)}",
+                (pos, top),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                va="bottom",
+                rotation=90,
+                fontsize="x-small",
+            )
         ax.axhline(budget, color="grey", linewidth=0.8)
         ax.set_xticks(range(len(sizes)), [fmt_value(b) for b in sizes])
         ax.set_xlabel("batch size")
@@ -182,10 +215,17 @@ def plot_sampling(title: str, rows: pd.DataFrame, budget: int, split_order: tupl
         ax.grid(alpha=0.3, axis="y")
     axes[0].set_ylabel("grok step (held)")
     axes[0].set_ylim(0, budget * 1.3)
-    fig.legend([Patch(color=style(j)["color"]) for j in range(len(splits))], [f"split {s}" for s in splits],
-               loc="outside right upper", fontsize="small")
-    fig.suptitle(f"{title}\nbar = median over all seeds (failures as infinity); dot = a seed; x = no grok within "
-                 f"{budget} steps (grey line); k/n = seeds that grokked", fontsize="medium")
+    fig.legend(
+        [Patch(color=style(j)["color"]) for j in range(len(splits))],
+        [f"split {s}" for s in splits],
+        loc="outside right upper",
+        fontsize="small",
+    )
+    fig.suptitle(
+        f"{title}\nbar = median over all seeds (failures as infinity); dot = a seed; x = no grok within "
+        f"{budget} steps (grey line); k/n = seeds that grokked",
+        fontsize="medium",
+    )
     return to_png(fig)
 
 
@@ -241,12 +281,16 @@ def plot_probe(title: str, layers: pd.DataFrame) -> bytes | None:
             mean, std = rows[f"{measure}_mean"].to_numpy(float), rows[f"{measure}_std"].to_numpy(float)
             ax.plot(rows["layer"], mean, marker=".", label=series or None, **style(i))
             ax.fill_between(rows["layer"], mean - std, mean + std, color=style(i)["color"], alpha=0.15, linewidth=0)
-        if "beta" in measure and (layers[f"{measure}_mean"].dropna() > 0).all() and layers[f"{measure}_mean"].notna().any():
+        if (
+            "beta" in measure
+            and (layers[f"{measure}_mean"].dropna() > 0).all()
+            and layers[f"{measure}_mean"].notna().any()
+        ):
             ax.set_yscale("log")  # beta ~ 1 log-like, ~ 10 linear
         ax.set_title(measure)
         ax.set_xlabel("layer")
         ax.grid(alpha=0.3)
-    for ax in axes[len(measures):]:
+    for ax in axes[len(measures) :]:
         ax.set_axis_off()
     if any(layers["series"] != ""):
         axes[0].legend(fontsize="small")

@@ -32,41 +32,66 @@ def outcome(metrics: pd.DataFrame | None, result: dict, cell: dict, budget: int)
         within = metrics[metrics["step"] <= budget]
         m = Milestones.of(within[["step", "train_acc", "val_acc"]].to_dict("records"), mem, target, hold)
         final = float(within["val_acc"].iloc[-1]) if len(within) else math.nan
-        reached = {"memorization_step": m.memorization_step, "grok_step": m.grok_step,
-                   "first_touch_step": m.first_touch_step, "collapsed": m.collapsed,
-                   "best_val": math.nan if m.best_val_acc is None else float(m.best_val_acc), "final_val": final}
+        reached = {
+            "memorization_step": m.memorization_step,
+            "grok_step": m.grok_step,
+            "first_touch_step": m.first_touch_step,
+            "collapsed": m.collapsed,
+            "best_val": math.nan if m.best_val_acc is None else float(m.best_val_acc),
+            "final_val": final,
+        }
     else:
+
         def step(key):
             value = result.get(key)
-            return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= budget else None
+            return (
+                int(value)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= budget
+                else None
+            )
 
-        reached = {"memorization_step": step("memorization_step"), "grok_step": step("grok_step"),
-                   "first_touch_step": step("first_touch_step"), "collapsed": bool(result.get("collapsed")),
-                   "best_val": math.nan, "final_val": math.nan}
+        reached = {
+            "memorization_step": step("memorization_step"),
+            "grok_step": step("grok_step"),
+            "first_touch_step": step("first_touch_step"),
+            "collapsed": bool(result.get("collapsed")),
+            "best_val": math.nan,
+            "final_val": math.nan,
+        }
     reached["time"] = math.inf if reached["grok_step"] is None else float(reached["grok_step"])
     return reached
 
 
 def summarise(outcomes: list[dict], walls: list) -> dict:
     """One method in one cell, over its seeds: outcome() of each (in seed order), wall seconds."""
+
     def reached(key):
         return [o[key] for o in outcomes if o[key] is not None]
 
     mem, grok = reached("memorization_step"), reached("grok_step")
-    delay = [o["grok_step"] - o["memorization_step"] for o in outcomes
-             if o["grok_step"] is not None and o["memorization_step"] is not None]
+    delay = [
+        o["grok_step"] - o["memorization_step"]
+        for o in outcomes
+        if o["grok_step"] is not None and o["memorization_step"] is not None
+    ]
     times = [o["time"] for o in outcomes]
     walls = [float(v) for v in walls if pd.notna(v)]
     best_val = [o["best_val"] for o in outcomes if not math.isnan(o["best_val"])]
     final_val = [o["final_val"] for o in outcomes if not math.isnan(o["final_val"])]
     n = len(outcomes)
     return {
-        "seeds": n, "memorized": len(mem), "grokked": len(grok), "success_rate": len(grok) / n,
-        "touched": len(reached("first_touch_step")), "collapsed": sum(o["collapsed"] for o in outcomes),
+        "seeds": n,
+        "memorized": len(mem),
+        "grokked": len(grok),
+        "success_rate": len(grok) / n,
+        "touched": len(reached("first_touch_step")),
+        "collapsed": sum(o["collapsed"] for o in outcomes),
         **dict(zip(("memorization_median", "memorization_min", "memorization_max"), _stats(mem))),
         **dict(zip(("grok_median", "grok_min", "grok_max"), _stats(grok))),
-        "n_delay": len(delay), **dict(zip(("delay_median", "delay_min", "delay_max"), _stats(delay))),
-        "time_to_target": median_time(times), "times": times,
+        "n_delay": len(delay),
+        **dict(zip(("delay_median", "delay_min", "delay_max"), _stats(delay))),
+        "time_to_target": median_time(times),
+        "times": times,
         "wall_s_median": float(np.median(walls)) if walls else math.nan,
         **dict(zip(("best_val_median", "best_val_min", "best_val_max"), _stats(best_val))),
         **dict(zip(("final_val_median", "final_val_min", "final_val_max"), _stats(final_val))),
@@ -74,8 +99,12 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
 
 
 def is_plain(m: dict) -> bool:
-    return (m["opt.name"] in BASELINE_OPTS and m["filter.name"] == "none"
-            and m["sampler.name"] in BASELINE_SAMPLERS and m.get("train.loss", BASELINE_LOSS) == BASELINE_LOSS)
+    return (
+        m["opt.name"] in BASELINE_OPTS
+        and m["filter.name"] == "none"
+        and m["sampler.name"] in BASELINE_SAMPLERS
+        and m.get("train.loss", BASELINE_LOSS) == BASELINE_LOSS
+    )
 
 
 def pick_baseline(row_method: dict, candidates: list[dict]) -> dict | None:
@@ -93,8 +122,13 @@ def pick_baseline(row_method: dict, candidates: list[dict]) -> dict | None:
 def against_baseline(row: dict, base: dict | None) -> dict:
     """The row's speed-up over its baseline, with its interval, p-value and verdict
     (suite/leaderboard/compare.py). Paired by seed when both rows ran the same seeds."""
-    none = {"speedup": math.nan, "speedup_ci_low": math.nan, "speedup_ci_high": math.nan, "p_value": math.nan,
-            "verdict": ""}
+    none = {
+        "speedup": math.nan,
+        "speedup_ci_low": math.nan,
+        "speedup_ci_high": math.nan,
+        "p_value": math.nan,
+        "verdict": "",
+    }
     if base is None:
         return none
     if base is row:
@@ -102,9 +136,13 @@ def against_baseline(row: dict, base: dict | None) -> dict:
     paired = row["seed_list"] == base["seed_list"]
     low, high = speedup_interval(base["times"], row["times"], paired)
     neither = math.isinf(base["time_to_target"]) and math.isinf(row["time_to_target"])
-    return {"speedup": math.nan if neither else ratio(base["time_to_target"], row["time_to_target"]), "speedup_ci_low": low,
-            "speedup_ci_high": high, "p_value": permutation_p(base["times"], row["times"], paired),
-            "verdict": verdict(low, high, min(row["seeds"], base["seeds"]))}
+    return {
+        "speedup": math.nan if neither else ratio(base["time_to_target"], row["time_to_target"]),
+        "speedup_ci_low": low,
+        "speedup_ci_high": high,
+        "p_value": permutation_p(base["times"], row["times"], paired),
+        "verdict": verdict(low, high, min(row["seeds"], base["seeds"])),
+    }
 
 
 def cell_tables(col: Collection) -> pd.DataFrame:
@@ -117,18 +155,34 @@ def cell_tables(col: Collection) -> pd.DataFrame:
         for method_id, group in runs.groupby("method_id", sort=True):
             group = group.sort_values("seed", kind="stable")
             outcomes = [outcome(col.metrics.get(r.dir), col.result_of[r.dir], cell, budget) for r in group.itertuples()]
-            rows.append({"task": cell["task.name"], "model": cell["model.name"], "cell_id": cell_id,
-                         "cell_label": col.cell_label(cell), "method_id": method_id,
-                         "method": col.method_label(col.methods[method_id]), "settings": col.methods[method_id],
-                         "budget": budget, "seed_list": list(group["seed"]), **summarise(outcomes, group["wall_s"])})
+            rows.append(
+                {
+                    "task": cell["task.name"],
+                    "model": cell["model.name"],
+                    "cell_id": cell_id,
+                    "cell_label": col.cell_label(cell),
+                    "method_id": method_id,
+                    "method": col.method_label(col.methods[method_id]),
+                    "settings": col.methods[method_id],
+                    "budget": budget,
+                    "seed_list": list(group["seed"]),
+                    **summarise(outcomes, group["wall_s"]),
+                }
+            )
         candidates = [r for r in rows if is_plain(r["settings"])]
         for r in rows:
             base = pick_baseline(r["settings"], candidates)
             r["baseline"] = base["method"] if base else None
             r |= against_baseline(r, base)
         # fastest first; among equal times (all inf), more successes, then the faster successes
-        rows.sort(key=lambda r: (r["time_to_target"], -r["success_rate"],
-                                 math.inf if math.isnan(r["grok_median"]) else r["grok_median"], r["method"]))
+        rows.sort(
+            key=lambda r: (
+                r["time_to_target"],
+                -r["success_rate"],
+                math.inf if math.isnan(r["grok_median"]) else r["grok_median"],
+                r["method"],
+            )
+        )
         numbers = {r["method"]: i for i, r in enumerate(rows, 1)}
         for r in rows:
             r["row"] = numbers[r["method"]]
@@ -150,16 +204,31 @@ def performance_profile(table: pd.DataFrame, tau_max: float = TAU_MAX) -> tuple[
                 continue
             cell = " ".join(p for p in (cell_label, f"bs={batch}" if cell_rows["batch"].nunique() > 1 else "") if p)
             for r in rows.itertuples():
-                ratios.append({"task": task, "model": model, "cell": cell, "method": r.method,
-                               "time_to_target": r.time_to_target, "ratio": ratio(r.time_to_target, best)})
+                ratios.append(
+                    {
+                        "task": task,
+                        "model": model,
+                        "cell": cell,
+                        "method": r.method,
+                        "time_to_target": r.time_to_target,
+                        "ratio": ratio(r.time_to_target, best),
+                    }
+                )
     ratios = pd.DataFrame(ratios, columns=["task", "model", "cell", "method", "time_to_target", "ratio"])
     scores = []
     for method, rows in ratios.groupby("method", sort=True):
         r = rows["ratio"].to_numpy()
-        scores.append({"method": method, "cells": len(r), "best_in": int((r <= 1).sum()),
-                       "rho_1": float((r <= 1).mean()), "rho_2": float((r <= 2).mean()),
-                       "rho_tau_max": float((r <= tau_max).mean()),
-                       "score": float(np.mean(np.clip(tau_max - r, 0, None) / (tau_max - 1)))})
+        scores.append(
+            {
+                "method": method,
+                "cells": len(r),
+                "best_in": int((r <= 1).sum()),
+                "rho_1": float((r <= 1).mean()),
+                "rho_2": float((r <= 2).mean()),
+                "rho_tau_max": float((r <= tau_max).mean()),
+                "score": float(np.mean(np.clip(tau_max - r, 0, None) / (tau_max - 1))),
+            }
+        )
     scores = pd.DataFrame(scores, columns=["method", "cells", "best_in", "rho_1", "rho_2", "rho_tau_max", "score"])
     scores = scores.sort_values(["score", "method"], ascending=[False, True], kind="stable").reset_index(drop=True)
     ratios = ratios.sort_values(["task", "model", "cell", "ratio", "method"], kind="stable").reset_index(drop=True)

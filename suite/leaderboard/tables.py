@@ -67,8 +67,10 @@ def p_text(p: float) -> str:
 
 
 def md_table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|",
+    ]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |" for cells in rows]
     return "\n".join(lines) + "\n"
 

@@ -29,8 +29,10 @@ FREQUENCY_GROUPS = ("rare", "middle", "frequent")  # tasks/zipf_text.py's val_gr
 
 def method_series(cell: Cell) -> list[tuple[str, list]]:
     """(method label, metric frames of its seeds) per row, in table order."""
-    return [(r.method, [cell.col.metrics.get(d) for d in cell.runs.loc[cell.runs["method_id"] == r.method_id, "dir"]])
-            for r in cell.rows.itertuples()]
+    return [
+        (r.method, [cell.col.metrics.get(d) for d in cell.runs.loc[cell.runs["method_id"] == r.method_id, "dir"]])
+        for r in cell.rows.itertuples()
+    ]
 
 
 def recorded(series: list[tuple[str, list]], column: str) -> bool:
@@ -49,8 +51,14 @@ def draw_band(ax, frames: list, column: str, i: int, label: str | None = None, l
     color = style(i)["color"]
     ax.plot(steps, median, color=color, linestyle=linestyle, label=label)
     measured = ~np.isnan(values).all(0)
-    ax.fill_between(steps[measured], np.nanmin(values[:, measured], 0), np.nanmax(values[:, measured], 0), color=color,
-                    alpha=0.15, linewidth=0)
+    ax.fill_between(
+        steps[measured],
+        np.nanmin(values[:, measured], 0),
+        np.nanmax(values[:, measured], 0),
+        color=color,
+        alpha=0.15,
+        linewidth=0,
+    )
 
 
 @section("cell")
@@ -92,7 +100,7 @@ def val_by_frequency(cell: Cell) -> list:
         draw_band(axes[-1], frames, "emb_norm_rare", i, linestyle="--")
     for ax, group in zip(axes, groups):
         ax.set_title(f"val accuracy, {group} next tokens")
-    for ax in axes[1:len(groups)]:
+    for ax in axes[1 : len(groups)]:
         ax.sharey(axes[0])
     axes[-1].set_title("embedding norm\nrare (dashed), frequent (solid)")
     axes[-1].set_yscale("log")  # rare and frequent rows can differ by orders of magnitude
@@ -130,18 +138,36 @@ def weight_decay_groups(page: Page) -> list[tuple[str, pd.DataFrame]]:
             continue
         rest = settings_key({k: v for k, v in r.settings.items() if k != "opt.weight_decay"})
         runs = col.runs[(col.runs["cell_id"] == r.cell_id) & (col.runs["method_id"] == r.method_id)]
-        scaled = [v * wd for v in (last_value(col.metrics.get(d), "emb_norm_rare") for d in runs["dir"])
-                  if not math.isnan(v)]
+        scaled = [
+            v * wd for v in (last_value(col.metrics.get(d), "emb_norm_rare") for d in runs["dir"]) if not math.isnan(v)
+        ]
         where = col.cell_label(col.cells[r.cell_id])
-        labels.setdefault((r.cell_id, rest), col.method_label(r.settings, drop=("opt.weight_decay",))
-                          + (f", {where}" if where else ""))
-        groups.setdefault((r.cell_id, rest), []).append({
-            "wd": float(wd), "grok_median": r.grok_median, "grok_min": r.grok_min, "grok_max": r.grok_max,
-            "grokked": r.grokked, "seeds": r.seeds, "budget": r.budget,
-            "norm_x_wd_median": float(np.median(scaled)) if scaled else math.nan,
-            "norm_x_wd_min": min(scaled, default=math.nan), "norm_x_wd_max": max(scaled, default=math.nan)})
-    return sorted(((labels[key], pd.DataFrame(entries).sort_values("wd", ignore_index=True))
-                   for key, entries in groups.items() if len({e["wd"] for e in entries}) >= 3), key=lambda item: item[0])
+        labels.setdefault(
+            (r.cell_id, rest),
+            col.method_label(r.settings, drop=("opt.weight_decay",)) + (f", {where}" if where else ""),
+        )
+        groups.setdefault((r.cell_id, rest), []).append(
+            {
+                "wd": float(wd),
+                "grok_median": r.grok_median,
+                "grok_min": r.grok_min,
+                "grok_max": r.grok_max,
+                "grokked": r.grokked,
+                "seeds": r.seeds,
+                "budget": r.budget,
+                "norm_x_wd_median": float(np.median(scaled)) if scaled else math.nan,
+                "norm_x_wd_min": min(scaled, default=math.nan),
+                "norm_x_wd_max": max(scaled, default=math.nan),
+            }
+        )
+    return sorted(
+        (
+            (labels[key], pd.DataFrame(entries).sort_values("wd", ignore_index=True))
+            for key, entries in groups.items()
+            if len({e["wd"] for e in entries}) >= 3
+        ),
+        key=lambda item: item[0],
+    )
 
 
 @section("page")
@@ -158,22 +184,50 @@ def weight_decay_x_frequency(page: Page) -> list:
         # a target held from step 0 has no logarithm.
         fit = ok[(ok["grokked"] == ok["seeds"]) & (ok["grok_median"] > 0)]
         slope = log_log_slope(1 / fit["wd"], fit["grok_median"])
-        grok.errorbar(1 / ok["wd"], ok["grok_median"], capsize=3, marker="o", **look,
-                      yerr=[ok["grok_median"] - ok["grok_min"], ok["grok_max"] - ok["grok_median"]],
-                      label=f"{label} (slope {'-' if math.isnan(slope) else f'{slope:.2f}'})")
+        grok.errorbar(
+            1 / ok["wd"],
+            ok["grok_median"],
+            capsize=3,
+            marker="o",
+            **look,
+            yerr=[ok["grok_median"] - ok["grok_min"], ok["grok_max"] - ok["grok_median"]],
+            label=f"{label} (slope {'-' if math.isnan(slope) else f'{slope:.2f}'})",
+        )
         failed = df[df["grokked"] == 0]
         grok.plot(1 / failed["wd"], failed["budget"], "o", markerfacecolor="none", color=look["color"], markersize=8)
         for r in df[df["grokked"] < df["seeds"]].itertuples():
-            grok.annotate(f"{r.grokked}/{r.seeds}", (1 / r.wd, r.grok_median if r.grokked else r.budget),
-                          textcoords="offset points", xytext=(0, 7), ha="center", fontsize="small")
+            grok.annotate(
+                f"{r.grokked}/{r.seeds}",
+                (1 / r.wd, r.grok_median if r.grokked else r.budget),
+                textcoords="offset points",
+                xytext=(0, 7),
+                ha="center",
+                fontsize="small",
+            )
         has = df[df["norm_x_wd_median"].notna()]
-        norm.errorbar(has["wd"], has["norm_x_wd_median"], capsize=3, marker="o", **look,
-                      yerr=[has["norm_x_wd_median"] - has["norm_x_wd_min"], has["norm_x_wd_max"] - has["norm_x_wd_median"]])
+        norm.errorbar(
+            has["wd"],
+            has["norm_x_wd_median"],
+            capsize=3,
+            marker="o",
+            **look,
+            yerr=[has["norm_x_wd_median"] - has["norm_x_wd_min"], has["norm_x_wd_max"] - has["norm_x_wd_median"]],
+        )
+    _label_wd_axes(grok, norm, all(df["norm_x_wd_median"].isna().all() for _, df in groups))
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return [("Weight decay x token frequency", "weight decay", "wd_frequency", to_png(fig))]
+
+
+def _label_wd_axes(grok, norm, no_norms: bool) -> None:
+    """The weight-decay figure's two panels: titles, labels, log axes; no norms (a model without
+    embeddings) leaves the right one empty with a note."""
     grok.set_xlabel("1 / weight decay")
     grok.set_ylabel("grok step (median, bars min-max)")
-    grok.set_title("grok step vs 1 / lambda (prediction: slope 1; fitted where every seed grokked)\n"
-                   "open circle = no seed grokked within the budget",
-                   fontsize="medium")
+    grok.set_title(
+        "grok step vs 1 / lambda (prediction: slope 1; fitted where every seed grokked)\n"
+        "open circle = no seed grokked within the budget",
+        fontsize="medium",
+    )
     norm.set_xlabel("weight decay lambda")
     norm.set_ylabel("last rare-token embedding norm x lambda")
     norm.set_title("rare-token norm x lambda (prediction: flat, norm ~ p / lambda)", fontsize="medium")
@@ -181,9 +235,7 @@ def weight_decay_x_frequency(page: Page) -> list:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
-    if all(df["norm_x_wd_median"].isna().all() for _, df in groups):  # a model without embeddings
+    if no_norms:
         norm.clear()
         norm.set_axis_off()
         norm.text(0.5, 0.5, "no embedding norms recorded", ha="center", transform=norm.transAxes)
-    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
-    return [("Weight decay x token frequency", "weight decay", "wd_frequency", to_png(fig))]

@@ -33,8 +33,9 @@ def c_sweep(cell: Cell) -> list:
     for members in families.values():
         if len({m.settings["opt.c"] for m in members}) < 2:
             continue
-        df = pd.DataFrame([{"c": m.settings["opt.c"], "times": m.times, "time_to_target": m.time_to_target}
-                           for m in members]).sort_values("c")
+        df = pd.DataFrame(
+            [{"c": m.settings["opt.c"], "times": m.times, "time_to_target": m.time_to_target} for m in members]
+        ).sort_values("c")
         label = cell.col.method_label(members[0].settings, drop=("opt.c",))
         base = cell.rows.loc[cell.rows["method"] == members[0].baseline, "time_to_target"]
         lines.append((label, df, float(base.iloc[0]) if len(base) else math.nan))
@@ -59,25 +60,40 @@ def sampling(page: Page) -> list:
         split = split_label(cell)
         tasks.setdefault(where, {})[split] = cell
         dirs = col.runs.loc[col.runs["cell_id"] == r.cell_id, "dir"]
-        current[where] = current.get(where, True) and all(CURRENT_SPLITS in col.result_of[d]["spec"]["train"]
-                                                          for d in dirs)
+        current[where] = current.get(where, True) and all(
+            CURRENT_SPLITS in col.result_of[d]["spec"]["train"] for d in dirs
+        )
         family = settings_key({k: v for k, v in r.settings.items() if not k.startswith("sampler.")})
         groups.setdefault((where, family), []).append(
-            {"split": split, "sampler": r.settings["sampler.name"],
-             "bs": r.settings.get("sampler.batch_size", "-"), "times": r.times, "time_to_target": r.time_to_target,
-             "budget": r.budget,
-             "family": col.method_label(r.settings, drop=("sampler",)),
-             "where": col.cell_label(cell, drop=("task.split", "task.skew"))})
+            {
+                "split": split,
+                "sampler": r.settings["sampler.name"],
+                "bs": r.settings.get("sampler.batch_size", "-"),
+                "times": r.times,
+                "time_to_target": r.time_to_target,
+                "budget": r.budget,
+                "family": col.method_label(r.settings, drop=("sampler",)),
+                "where": col.cell_label(cell, drop=("task.split", "task.skew")),
+            }
+        )
     figures = []
     for (where, _), entries in sorted(groups.items(), key=lambda item: label_of(item[1])):
         df = pd.DataFrame(entries)
         if len(df.drop_duplicates(["split", "sampler", "bs"])) < 2:
             continue
         label, order = label_of(entries), split_order(tasks[where])
-        figures.append((f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), order)))
+        figures.append(
+            (f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), order))
+        )
         if current[where] and (probs := split_tokens(tasks[where])) and len(probs) > 1:
-            figures.append((f"Token probabilities by split: {label}", label, "split_tokens",
-                            plot_split_tokens(f"{label} (the split of seed 0)", probs)))
+            figures.append(
+                (
+                    f"Token probabilities by split: {label}",
+                    label,
+                    "split_tokens",
+                    plot_split_tokens(f"{label} (the split of seed 0)", probs),
+                )
+            )
     return figures
 
 
@@ -88,17 +104,21 @@ def label_of(entries: list) -> str:
 def split_label(cell: dict) -> str:
     """The split's name, with its strength for the skewed splits ("skewed skew=5")."""
     split = str(cell.get("task.split", "-"))
-    return f"{split} skew={fmt_value(cell['task.skew'])}" if split.startswith("skewed") and "task.skew" in cell else split
+    return (
+        f"{split} skew={fmt_value(cell['task.skew'])}" if split.startswith("skewed") and "task.skew" in cell else split
+    )
 
 
 def split_order(cells: dict) -> tuple:
     """The labels of cells (label -> cell) in the plots' order: uniform, random, skewed, then the rest
     by name; a split's strengths in rising order."""
+
     def key(label):
         split = str(cells[label].get("task.split", "-"))
         rank = SPLIT_ORDER.index(split) if split in SPLIT_ORDER else len(SPLIT_ORDER)
         skew = cells[label].get("task.skew")
         return rank, split, skew if isinstance(skew, (int, float)) and split.startswith("skewed") else 0
+
     return tuple(sorted(cells, key=key))
 
 
@@ -121,7 +141,9 @@ def split_tokens(cells: dict) -> list | None:
         if data.kind != "tokens" or data.number_tokens is None or data.x_train.shape[1] != 4:
             return None
         n = len(data.number_tokens)
-        sets = {which: tuple((torch.bincount(x[:, column], minlength=n)[:n] / len(x)).numpy() for column in (0, 2))
-                for which, x in (("train", data.x_train), ("test", data.x_val))}
+        sets = {
+            which: tuple((torch.bincount(x[:, column], minlength=n)[:n] / len(x)).numpy() for column in (0, 2))
+            for which, x in (("train", data.x_train), ("test", data.x_val))
+        }
         out.append((split, sets))
     return out
