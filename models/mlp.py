@@ -19,6 +19,13 @@ paper's Sec. 4.3 says smaller initial embeddings converge sooner, without an exp
 
 Images (uint8 pixels) are scaled to [0, 1] and flattened into the same MLP, for the
 MLP / ResNet comparison; `inputs` does not apply to them.
+
+Defaults: d = 128 (each token a learned 128-d embedding; the four concatenated are the paper's
+model), hidden = 512. The spec records the input mode. How far apart the scaled and the raw
+numbers train (a+b, Adam lr 1e-3, 5,000 steps, seed 0): leaderboards/README.md, "Measurements
+outside the boards".
+
+    python -m suite run --set inputs=scalar_raw --set op=mul      # the paper's MLP without embeddings
 """
 
 from __future__ import annotations

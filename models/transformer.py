@@ -19,6 +19,14 @@ elementwise, so one stacked matrix trains exactly like three separate ones.)
 Adam-LR's c scales E alone, not the learned positions: the paper's argument (arXiv 2505.15624,
 Sec. 4.3) is that token i's row gets a gradient only in the steps whose batch holds token i,
 and so lags the dense weights; every example updates every position, as it updates W.
+
+Defaults: n_layers 1 (2 also used), n_heads 4, d_mlp 512, d_model 128. Nanda et al.'s optimizer
+setting is not hidden in the model: it is `--opt adamw` (defaults lr 1e-3, betas 0.9 / 0.98,
+weight decay 1.0) with `--sampler full --set warmup_steps=10`, and the spec records it. What
+runs of it cost and reached on this project's CPU: leaderboards/README.md.
+
+    python -m suite run --model transformer --opt adamlr                                     # modular a+b
+    python -m suite run --model transformer --opt adamw --sampler full --set warmup_steps=10   # Nanda et al.
 """
 
 from __future__ import annotations

@@ -49,9 +49,7 @@ def run_cells(
     for rd in dirs:  # before W&B starts: a second process must not write into the owner's W&B run
         if rd.is_locked():
             raise RunLocked(f"another process is running this spec in {rd.path}")
-    live = [t for t in trackers if t is not None]
-    for tracker in live:
-        tracker.start()  # outside train(), so W&B's start-up is not counted as training time
+    live = [t for t in trackers if t is not None]  # train() starts them once the specs are known to build
     try:
         if runner:
             results = [runner.build(spec, rd.path, device) for spec, rd in zip(specs, dirs)]

@@ -7,6 +7,7 @@ them together, and turns bad input (SuiteError) into one line on stderr and exit
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -59,3 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `suite list | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # outside a training loop (a run's loop checkpoints and says so itself)
+        print("error: interrupted (Ctrl-C); what had finished is kept", file=sys.stderr)
+        return 130
+    except OSError as err:  # a path that cannot be used (bad input), or a full disk (a fault): one line either way
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1 if err.errno in FAULTS else 2
+
+
+FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # the machine's trouble, not the command's

@@ -1,4 +1,4 @@
-"""What each kind of component promises the engine: one small contract per kind.
+'''What each kind of component promises the engine: one small contract per kind.
 
 A component is a builder (a function or a class) registered under a name with one decorator.
 Its first parameters are fixed: the engine passes them, positionally, in this order. Every
@@ -7,7 +7,7 @@ field of the spec, typed by its annotation (int, float, bool, str, Literal[...],
 tuple[...]). Extra facts about a component go in the decorator's keywords (`info`).
 
     kind       builder(fixed..., *, settings)          builds                     info
-    task       (seed)                                   suite.TaskData             default_model, runner
+    task       (seed)                                   suite.TaskData             default_model, runner, gives
     model      (data: TaskData)                         torch.nn.Module            inputs (required), stackable
     opt        (groups: ParamGroups)                    torch.optim.Optimizer      elementwise
     sampler    (data: TaskData, generator)              suite.Sampler              -
@@ -17,6 +17,8 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
 - task: `seed` is the run's seed (it fixes the split unless the task takes its own
   data_seed). A task that trains nothing names its runner (`runner="probe"`) and the
   model it reads by default (`default_model=...`); its spec then holds only task and model.
+  `gives="tokens"` (or "image", "text") declares the kind of data it builds, so that a model
+  that cannot read it is refused before the data is built (optional; the built data says it too).
 - model: maps inputs [batch, ...] to logits [batch, classes]. `inputs` lists the TaskData
   kinds it reads ("tokens", "image", "text"). Optional attributes: `embedding_weight` (the
   token embedding E: Adam-LR's embedding group and the progress measures) and
@@ -44,7 +46,116 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
 
 `check()` holds a builder to its kind's contract when it registers: a wrong fixed argument,
 a setting without a usable type, or an unknown info key is one error line naming the file.
-"""
+
+One component of each kind, all in one module: the example tests/test_contracts.py runs (it reads
+the python block after the marker below). README.md, "Extend the suite", says how to run it and how
+to register such a module from a package of your own.
+
+<!-- example components -->
+```python
+from pathlib import Path
+
+import torch
+from suite import GradFilter, Sampler, TaskData, register_filter, register_model, register_optimizer
+from suite import register_runner, register_sampler, register_task
+
+
+@register_task("parity")
+def parity(seed: int, *, n_bits: int = 8, train_frac: float = 0.5) -> TaskData:
+    """Parity of n_bits bits, tokens 0/1."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.cartesian_prod(*[torch.arange(2)] * n_bits)
+    y = x.sum(1) % 2
+    perm = torch.randperm(len(x), generator=g)
+    cut = int(train_frac * len(x))
+    tr, va = perm[:cut], perm[cut:]
+    return TaskData(
+        x[tr],
+        y[tr],
+        x[va],
+        y[va],
+        kind="tokens",
+        n_classes=2,
+        vocab_size=2,
+        token_freq=torch.bincount(x[tr].flatten(), minlength=2),
+    )
+
+
+@register_model("bag", inputs=("tokens",))
+class Bag(torch.nn.Module):
+    """Mean of the token embeddings, then a linear readout."""
+
+    def __init__(self, data: TaskData, *, d: int = 16):
+        super().__init__()
+        self.embed = torch.nn.Embedding(data.vocab_size, d)
+        self.out = torch.nn.Linear(d, data.n_classes)
+
+    @property
+    def embedding_weight(self):  # Adam-LR's embedding group, the progress measures
+        return self.embed.weight
+
+    def forward(self, x):
+        return self.out(self.embed(x).mean(1))
+
+
+@register_optimizer("adagrad", elementwise=True)
+def adagrad(groups, *, lr: float = 1e-2):
+    """Adagrad."""
+    return torch.optim.Adagrad(groups.all, lr=lr)
+
+
+@register_sampler("cyclic")
+class Cyclic(Sampler):
+    """The training set in order, batch_size examples at a time."""
+
+    def __init__(self, data, generator, *, batch_size: int = 32):
+        self.n, self.batch_size, self.device, self.pos = len(data.y_train), batch_size, generator.device, 0
+
+    def next(self):
+        batch = (torch.arange(self.batch_size, device=self.device) + self.pos) % self.n
+        self.pos = (self.pos + self.batch_size) % self.n
+        return batch
+
+    def state_dict(self):  # where it stands, for checkpoints
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.pos = int(state["pos"])
+
+
+@register_filter("clip", elementwise=True)
+class Clip(GradFilter):
+    """Clamp every gradient element to [-limit, limit]."""
+
+    def __init__(self, params, *, limit: float = 1.0):
+        self.params, self.limit = list(params), limit
+
+    def apply(self):
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.clamp_(-self.limit, self.limit)
+
+
+@register_runner("majority")
+def majority(spec, run_dir, device) -> dict:
+    """Val accuracy of always answering the commonest training label: the floor to beat."""
+    from suite.rundir import write_json
+    from suite.spec import task_data
+
+    data, _ = task_data(spec)
+    guess = torch.bincount(data.y_train).argmax()
+    result = {"spec": spec, "runner": "majority", "wall_s": 0.0, "val_acc": (data.y_val == guess).float().mean().item()}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    write_json(Path(run_dir) / "result.json", result)
+    return result
+
+
+@register_task("parity_floor", runner="majority", default_model="bag")
+def parity_floor(seed: int, *, n_bits: int = 8, train_frac: float = 0.5) -> TaskData:
+    """Parity, measured by the majority runner instead of trained."""
+    return parity(seed, n_bits=n_bits, train_frac=train_frac)
+```
+'''
 
 from __future__ import annotations
 
@@ -90,12 +201,17 @@ class GradFilter:
 
 
 class Tracker(Protocol):
-    """What the loop reports to (suite/tracking.py's W&B tracker; tests' own): every evaluation's
-    record, then the result."""
+    """What the loop reports to (suite/tracking.py's W&B tracker; tests' own): started once the run
+    is known to build (before its clock), every evaluation's record, then the result; closed with an
+    exit code if the run stops otherwise (3 preempted, 1 failed)."""
+
+    def start(self) -> None: ...
 
     def log(self, record: dict, step: int) -> None: ...
 
     def finish(self, result: dict) -> None: ...
+
+    def close(self, exit_code: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -107,7 +223,7 @@ class Contract:
 
 
 CONTRACTS = {
-    "task": Contract("task", ("seed",), frozenset({"default_model", "runner"})),
+    "task": Contract("task", ("seed",), frozenset({"default_model", "runner", "gives"})),
     "model": Contract("model", ("data",), frozenset({"inputs", "stackable"}), ("inputs",)),
     "opt": Contract("optimizer", ("groups",), frozenset({"elementwise"})),
     "sampler": Contract("sampler", ("data", "generator"), frozenset()),

@@ -24,7 +24,7 @@ import pandas as pd
 
 from suite.errors import SuiteError
 from suite.results import runner_of
-from suite.rundir import RunDir, read_json, write_atomic
+from suite.rundir import RunDir, check_writable, read_json, write_atomic
 
 SCALARS = (str, int, float, bool)
 
@@ -113,7 +113,8 @@ def export(root: str | Path, out: str | Path) -> tuple[list[Path], pd.DataFrame,
     """Write runs and curves as CSV and parquet into out; return the files and the tables."""
     root, out = Path(root), Path(out)
     if not root.is_dir():
-        raise SuiteError(f"no such directory: {root}")
+        raise SuiteError(f"{root}: no such directory of runs")
+    check_writable(out)  # before reading every run
     runs, curves = collect(root)
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -30,6 +30,8 @@ suite.spec.spec_id (a hash of the spec). Cells with the same spec appear once.
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,7 @@ SLURM_KEYS = (
     "max_parallel",
     "cells_per_task",
     "signal_seconds",
+    "max_requeues",
     "sbatch",
     "setup",
 )
@@ -102,6 +105,8 @@ def load(path: str | Path) -> Grid:
     shipped = SHIPPED / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
     if not path.exists() and (len(path.parts) == 1 or path.parts[:-1] == ("suite", "grids")) and shipped.exists():
         path = shipped
+    if path.is_dir():
+        raise SuiteError(f"{path} is a folder, not a grid file")
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -111,9 +116,14 @@ def load(path: str | Path) -> Grid:
         raise SuiteError(f"{path}: not a valid TOML file: {err}") from None
     where = str(path)
     _check_keys(raw, TOP_KEYS, where)
+    if not raw:
+        raise SuiteError(f"{where}: the file is empty; a grid names its cells with [fixed] and [axes] tables")
     name = raw.get("name", path.stem)
-    if not isinstance(name, str) or not name or "/" in name:
-        raise SuiteError(f"{where}: name must be a non-empty string without '/'")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
+        raise SuiteError(
+            f"{where}: name must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
+            f"digit (it names a folder under runs/grids/), got {name!r}"
+        )
     slurm = _table(raw, "slurm", where)
     _check_keys(slurm, SLURM_KEYS, f"{where} [slurm]")
 
@@ -146,6 +156,31 @@ def load(path: str | Path) -> Grid:
     if not cells:
         raise SuiteError(f"{where}: the grid has no cells (an axis with an empty list?)")
     return Grid(name, path, cells, slurm)
+
+
+def check_builds(cells: list[Cell]) -> None:
+    """Build one cell of each group that differs only in its seed (data, model, batches,
+    optimizer, filter, on the CPU), so that a grid whose cells cannot be built (a batch larger than
+    a cell's training set) stops here with one line, before anything runs or is submitted."""
+    import torch
+
+    from suite.member import Member
+    from suite.spec import runner_of_task, task_data
+
+    seen, datas = set(), {}
+    for cell in cells:
+        spec = cell.spec
+        key = json.dumps({k: v for k, v in spec.items() if k != "seed"}, sort_keys=True)
+        if key in seen or runner_of_task(spec["task"]["name"]) is not None:
+            continue
+        seen.add(key)
+        data_key = json.dumps([spec["task"], spec["seed"]], sort_keys=True)  # cells that share data build it once
+        try:
+            if data_key not in datas:
+                datas[data_key] = task_data(spec)[0]
+            Member.build(spec, torch.device("cpu"), datas[data_key])
+        except SuiteError as err:
+            raise SuiteError(f"cell [{cell.label or 'fixed'}] cannot be built: {err}") from None
 
 
 def _check_disjoint(fixed: dict, axes: dict, where: str) -> None:

@@ -15,6 +15,14 @@ L is the mean training loss over the *whole* training set (the run's loss functi
 model in eval mode), summed over chunks of eval_batch examples, so the measure is
 deterministic and does not touch the run's random generator. Each iteration costs about
 three passes (forward, backward with graph, backward of the product) over the training set.
+
+In a run, `--set hessian_every=K` measures it every K evaluations, into metrics.jsonl as
+`hessian_E` (the embedding E) and `hessian_W` (the first weight that reads it). It costs about
+3 x 50 passes over the training set at worst (seconds for the MLP, about a minute for a
+transformer on CPU), so choose K large. A run that measures it trains alone, never in a stack
+(suite/plan.py). What it measured on the default cell: leaderboards/README.md.
+
+    python -m suite run --opt adam --set hessian_every=10     # + hessian_E / hessian_W in metrics.jsonl
 """
 
 from __future__ import annotations

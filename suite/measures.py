@@ -1,4 +1,9 @@
-"""What every evaluation records: losses, accuracies, and progress measures of the embeddings."""
+"""What every evaluation records: losses, accuracies, and progress measures of the embeddings.
+
+The training loss is `train.loss`: `ce` (softmax cross-entropy, the default) or `stablemax`
+(`--set loss=stablemax`): cross-entropy through StableMax, s(x) = x + 1 (x >= 0), 1 / (1 - x)
+(x < 0), in float64 as in its paper (stablemax_cross_entropy below).
+"""
 
 from __future__ import annotations
 

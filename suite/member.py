@@ -10,8 +10,10 @@ through here, in the format of a separate run whatever the stack.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -53,14 +55,21 @@ class Member:
     notes: list[str] = field(default_factory=list)  # milestones reached since the last progress line
 
     @classmethod
-    def build(cls, spec: dict, device: torch.device) -> Member:
-        """Its data, model and batches, from its spec; bad input raises SuiteError here, before
-        anything is written."""
+    def build(cls, spec: dict, device: torch.device, data: TaskData | None = None) -> Member:
+        """Its data (built from the spec unless given), model and batches; bad input raises
+        SuiteError here, before anything is written (settings whose tensors do not fit in memory
+        included)."""
         cfg = TrainConfig(**spec["train"])  # its checks
-        data, model_entry = task_data(spec)
-        data = data.to(device)
-        torch.manual_seed(spec["seed"])  # the model's initialisation
-        model = model_entry.build(data, **component_settings(spec, "model")).to(device)
+        with _fits(spec):
+            data, model_entry = task_data(spec, data)
+            if not (len(data.y_train) and len(data.y_val)):
+                raise SuiteError(
+                    f"task '{spec['task']['name']}' with these settings has {len(data.y_train)} training "
+                    f"and {len(data.y_val)} validation examples: it needs some of each"
+                )
+            data = data.to(device)
+            torch.manual_seed(spec["seed"])  # the model's initialisation
+            model = model_entry.build(data, **component_settings(spec, "model")).to(device)
         generator = torch.Generator(device=device).manual_seed(spec["seed"])
         sampler = (
             ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
@@ -97,7 +106,14 @@ class Member:
             self.result = read_json(self.run_dir / "result.json")
             self.run_dir.unlock()
             return
+        self.run_dir.clean_temporary()  # left by a process killed while writing
         self.state = self.run_dir.load_checkpoint(self.data.x_train.device)
+        if self.state and self.state.get("run_id", spec_id(self.spec)) != spec_id(self.spec):
+            raise UnreadableFile(
+                f"the checkpoint in {self.run_dir.path} is run {self.state['run_id']}'s (seed "
+                f"{self.state.get('seed')}), not this run's ({spec_id(self.spec)}, seed "
+                f"{self.spec['seed']}); delete it to run this one from step 0"
+            )
         self.history = [r for r in self.run_dir.read_metrics() if r["step"] < self.start]
         if self.state:
             try:
@@ -106,6 +122,19 @@ class Member:
                 self.generator.set_state(self.state["generator"].cpu())
             except Exception as err:  # noqa: BLE001 - it was read, but it is not this run's: any failure says so
                 raise self.foreign(err) from None
+        self._check_history()
+
+    def _check_history(self) -> None:
+        """The evaluations before the checkpoint are all there: one every eval_every steps from 0."""
+        expected = list(range(0, self.start, self.spec["train"]["eval_every"]))
+        steps = [r["step"] for r in self.history]
+        if steps != expected:
+            missing = sorted(set(expected) - set(steps))
+            raise UnreadableFile(
+                f"{self.run_dir / 'metrics.jsonl'} does not hold the evaluations its checkpoint (step "
+                f"{self.start}) continues: {len(missing)} missing, the first at step "
+                f"{missing[0] if missing else '?'}; delete the run dir to run it again from step 0"
+            )
 
     def foreign(self, err: Exception) -> UnreadableFile:
         return UnreadableFile(
@@ -127,8 +156,11 @@ class Member:
         before = (self.milestones.memorization_step, self.milestones.grok_step)
         self.milestones.update(record)
         self.record = record
-        self.metrics_file.write(json.dumps(record) + "\n")
-        self.metrics_file.flush()
+        try:
+            self.metrics_file.write(json.dumps(record) + "\n")
+            self.metrics_file.flush()
+        except OSError as err:  # a full disk: say which file
+            raise OSError(err.errno, err.strerror, str(self.run_dir / "metrics.jsonl")) from None
         if self.tracker is not None:
             self.tracker.log(record, record["step"])
         self.notes += [
@@ -150,8 +182,14 @@ class Member:
             weights.save(self.run_dir.path, "grok", state_dict(), step)
 
     def save_checkpoint(self, state: dict) -> None:
+        """Its evaluations reach the disk first (fsync): no crash can leave a checkpoint whose
+        history was lost. The checkpoint names its run, so another run's is never resumed."""
+        self.metrics_file.flush()
+        os.fsync(self.metrics_file.fileno())
         self.run_dir.save_checkpoint(
-            state | {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}
+            state
+            | {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}
+            | {"run_id": spec_id(self.spec), "seed": self.spec["seed"]}
         )
 
     def finish(self, step: int, stop_reason: str, wall: float, how: dict, final_weights: dict | None = None) -> None:
@@ -215,6 +253,26 @@ def claim(members: list[Member], run_dirs: list, trackers: list) -> None:
     for m in members:
         if m.result is None:
             m.open()
+
+
+@contextmanager
+def _fits(spec: dict):
+    """Settings whose tensors cannot be allocated (a width of 1e11, p in the millions) are bad input."""
+    try:
+        yield
+    except (MemoryError, torch.OutOfMemoryError) as err:
+        raise SuiteError(
+            f"task '{spec['task']['name']}' and model '{spec['model']['name']}' with these settings "
+            f"do not fit in memory ({type(err).__name__})"
+        ) from None
+    except RuntimeError as err:
+        if "alloc" not in str(err):
+            raise
+        line = (str(err).splitlines() or [""])[0].split("DefaultCPUAllocator: ")[-1]
+        raise SuiteError(
+            f"task '{spec['task']['name']}' and model '{spec['model']['name']}' with these settings "
+            f"do not fit in memory ({line})"
+        ) from None
 
 
 def optimizer_and_filter(spec: dict, model: nn.Module) -> tuple[torch.optim.Optimizer, GradFilter]:

@@ -86,10 +86,17 @@ def parts(members: list[Member]) -> list[Part]:
 def _stacked(group: list[Member]) -> tuple[Stacked | None, str | None]:
     """The group's members as one Stacked model, or None and why not: the first stacked forward
     and backward runs here, and a model whose ops have no vmap batching rule fails in it."""
-    try:
+    name = group[0].spec["model"]["name"]
+    try:  # a builder that defines its class anew at each call makes models torch cannot stack
         model = Stacked([m.model for m in group])
+    except Exception as err:  # noqa: BLE001 (each model then runs alone)
+        return None, f"model '{name}' cannot be stacked ({_first_line(err)})"
+    try:
         model.lay_out_like_gradients(torch.stack([m.data.x_train[:8] for m in group]))
-        return model, None
     except Exception as err:  # noqa: BLE001 (the plain model then runs, and raises its own errors)
-        name = group[0].spec["model"]["name"]
-        return None, f"model '{name}' cannot be vmapped ({type(err).__name__}: {(str(err).splitlines() or [''])[0]})"
+        return None, f"model '{name}' cannot be vmapped ({_first_line(err)})"
+    return model, None
+
+
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"

@@ -10,6 +10,21 @@ filter is chosen (the weight decay Grokfast pairs with each filter). A preset se
 finally chosen component does not take is dropped, so swapping a component keeps what still
 applies (e.g. --opt adamlr keeps lr and betas). The resolved spec, not the preset's name,
 is what the run records.
+
+`grokfast` is Grokfast's algorithmic-data setting as its public code (ironjr/grokfast main.py)
+runs it, rather than as its README summarises it. Following their code: x*y mod 97 with y in
+1..96 (9,312 pairs), a random 50/50 split (4,656 / 4,656); their decoder (`grokfast_transformer`:
+2 layers, d 128, 4 heads, the first LayerNorm's output replacing the residual stream, GELU MLP,
+causal attention, a bias-free head over all 99 tokens; with the same seed its initial weights
+equal theirs); torch Adam, lr 1e-3, betas (0.9, 0.98), weight decay 0; a 10-step linear warmup
+from lr 0; batches of 512 reshuffled every epoch with a short last batch (`--sampler epoch`:
+9 x 512 + 48); val accuracy every epoch (10 steps); target 95% val accuracy. `--filter
+grokfast_ema` brings weight decay 0.005 and `--filter grokfast_ma` 0.01, as their README's
+commands do. Not as in their code: the operator and '=' token ids are swapped (a relabelling of
+two embedding rows); the split and the batches come from the suite's seeded generators, so seed
+0 is not their split; train accuracy is measured on the whole training set after the update,
+not as a running mean over the epoch. `python -m suite list preset` lists the presets. What the
+preset measured here: leaderboards/grokfast/ and leaderboards/README.md.
 """
 
 from __future__ import annotations

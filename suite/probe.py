@@ -15,6 +15,37 @@ indexed in the paper's code), and per layer:
 Mean and std over the runs per layer; the best layer by EV (the paper's PCA row), by R^2 (its
 PLS row), and by EV among the layers whose PC1 orders the values (rho >= min_rho). Written to
 the run dir: result.json (last), probe.csv, probe_layers.png, probe_pc1.png.
+
+result.json holds `numbers` and `letters`, each with `layers` (per layer `pca_ev`, `pls_r2`,
+`rho`, `beta`, `rho_within`, `pls_rho`, `pls_beta`, each `{mean, std}`), `best` and
+`tokens_read`; probe.csv is the same table, probe_layers.png the per-layer curves (numbers and
+letters), probe_pc1.png PC1 against the value at the best layer.
+
+How to read it. `best` names three layers, because the paper's rule alone misleads on small
+models: `by_ev` (highest EV: the paper's PCA row), `by_r2` (highest R^2: its PLS row) and
+`by_ev_ordered` (highest EV among the layers whose PC1 orders the values, rho >= `min_rho`, 0.9).
+On SmolLM2 and MiniLM the highest-EV layer is the first one, whose PC1 does not order the values
+at all (rho 0.04 and 0.25). Read rho beside any best layer, and rho_within beside rho: the group
+alone already gives rho ~0.97 on this design. The letters control is confounded by string
+length, so compare numbers and letters on EV and R^2.
+
+The model's settings are passed to from_pretrained and so recorded in the spec
+(models/pretrained.py): `dtype` (float32, the default and what the probes have always read,
+float16 or bfloat16), `device_map` (e.g. auto: accelerate places the layers on the GPUs and, if
+they do not fit, the CPU; --device then only says where prompts and hidden states live), and
+for `hf` also `revision` (a hub branch, tag or commit) and `trust_remote_code` (off: a model
+whose repository brings its own Python code is refused in one line until you set it), e.g.
+`--model hf --set path=org/model --set revision=v1.0 --set dtype=bfloat16 --set device_map=auto`.
+
+`threads`: torch threads for the model, by default torch's own count (every core, or
+OMP_NUM_THREADS); the hidden states come out bit for bit the same with any count. Beside other
+jobs set threads=1 or OMP_WAIT_POLICY=PASSIVE: a second thread busy-waiting beside another
+process made SmolLM2 ~4x slower. The fits always use one BLAS thread, and PCA the exact SVD, so
+a probe's numbers repeat exactly.
+
+A GGUF model (SmolLM2) is de-quantized once into a float32 copy under $SUITE_CACHE (default
+~/.cache/grokking-suite/gguf/, 540 MB; suite/cache.py): transformers' GGUF reader took ~25-35 s
+at every load on 2 cores, the copy loads in under a second and gives the same hidden states.
 """
 
 from __future__ import annotations
@@ -222,6 +253,16 @@ def _measure_series(pretrained, data, name: str, device):
     return per_run, tokens, pc1, (extract_s, fit_s), states.shape[-1]
 
 
+def _model_facts(spec: dict, pretrained, width: int) -> dict:
+    return {
+        "name": spec["model"]["name"],
+        "source": pretrained.source,
+        "class": type(pretrained.model).__name__,
+        "n_layers": pretrained.n_layers,
+        "width": width,
+    }
+
+
 def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
     pretrained = model_entry.build(data, **component_settings(spec, "model")).to(device)
     load_s = time.monotonic() - t0
@@ -258,13 +299,7 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
         "spec": spec,
         "run_id": spec_id(spec),
         "runner": "probe",
-        "model": {
-            "name": spec["model"]["name"],
-            "source": pretrained.source,
-            "class": type(pretrained.model).__name__,
-            "n_layers": pretrained.n_layers,
-            "width": width,
-        },
+        "model": _model_facts(spec, pretrained, width),
         "read": data.read,
         "runs": len(data.runs),
         **outputs,

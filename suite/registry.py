@@ -95,6 +95,8 @@ def _coerce(tp, value, name):
             raise SuiteError(f"{name}={value!r} is not one of {known}{_closest(str(value), map(str, choices))}")
         return value
     if origin is tuple:
+        if not isinstance(value, str | list | tuple):
+            raise SuiteError(f"{name}={value!r}: {name} takes {len(typing.get_args(tp))} comma-separated values")
         parts = value.split(",") if isinstance(value, str) else list(value)
         inner = typing.get_args(tp)
         if len(parts) != len(inner):
@@ -110,11 +112,16 @@ def _coerce(tp, value, name):
                 return False
             raise ValueError
         if tp is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            if not isinstance(value, int | float | str) or isinstance(value, bool):
                 raise ValueError
-            return int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            number = int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
+            if not -INT_LIMIT < number < INT_LIMIT:  # torch and numpy take 64-bit integers
+                raise SuiteError(f"{name}={value!r}: {name} takes an integer below 2^63 in size")
+            return number
         if tp is float:
-            if isinstance(value, bool):
+            if not isinstance(value, int | float | str) or isinstance(value, bool):
                 raise ValueError
             number = float(value)
             if not math.isfinite(number):  # no setting means anything at nan or inf
@@ -124,9 +131,12 @@ def _coerce(tp, value, name):
             if not isinstance(value, str):
                 raise ValueError
             return value
-    except ValueError:
+    except (ValueError, OverflowError):
         raise SuiteError(f"{name}={value!r}: {name} takes {tp.__name__}") from None
     return value
+
+
+INT_LIMIT = 2**63
 
 
 def _closest(name: str, known) -> str:

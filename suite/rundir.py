@@ -48,6 +48,9 @@ def write_atomic(path: Path, data: bytes | str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:  # a full disk: say which file could not be written
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -73,6 +76,10 @@ def check_writable(path: Path) -> None:
         raise SuiteError(
             f"cannot write to {path}: {existing} is {'not a directory' if not existing.is_dir() else 'read-only'}"
         )
+    longest = os.pathconf(existing, "PC_NAME_MAX")
+    to_make = Path(path).absolute().relative_to(existing).parts
+    if any(len(part.encode()) > longest for part in to_make):
+        raise SuiteError(f"cannot write to {path}: File name too long (a name over {longest} bytes)")
 
 
 def writable_dir(path: Path) -> Path:
@@ -156,7 +163,14 @@ class RunDir:
     # --- failures: error.json says what went wrong, until the run finishes -----------------
 
     def record_failure(self, err: BaseException) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        """error.json, where it can be written (on a full disk the error itself goes on alone)."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._write_failure(err)
+        except OSError:
+            pass
+
+    def _write_failure(self, err: BaseException) -> None:
         write_json(
             self.path / ERROR,
             {
@@ -245,6 +259,12 @@ class RunDir:
                 "to run it again from step 0"
             )
         return None
+
+    def clean_temporary(self) -> None:
+        """Drop the temporary files a process killed mid-write left (.NAME.XXXX.tmp: write_atomic's).
+        Only the lock holder calls it: nobody else is writing here."""
+        for path in self.path.glob(".*.tmp"):
+            path.unlink(missing_ok=True)
 
     def drop_checkpoints(self) -> None:
         for name in (CHECKPOINT, PREVIOUS):

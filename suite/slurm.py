@@ -23,6 +23,28 @@ from suite.grid import Cell, Grid
 _INSTALLED = Path(__file__).resolve().parent / "slurm_template" / "array.sbatch"  # from a wheel
 TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parent.parent / "slurm" / "array.sbatch"
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0..1000)
+PROGRESS_MARGIN_S = 240  # the least a task should train between its start and its USR1 (start-up is ~10-60 s)
+
+
+def time_seconds(text: str) -> int | None:
+    """Slurm's --time in seconds ("minutes", "m:s", "h:m:s", "d-h", "d-h:m", "d-h:m:s"); None for
+    UNLIMITED / INFINITE; SuiteError for anything else."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = rest.split(":")
+    try:
+        numbers = [int(days)] + [int(p) for p in parts]
+    except ValueError:
+        numbers = None
+    if numbers is None or len(parts) > 3 or min(numbers) < 0:
+        raise SuiteError(f"slurm time must read minutes, m:s, h:m:s or d-h[:m[:s]], got {text!r}")
+    d, *clock = numbers
+    if "-" in text:  # d-h, d-h:m, d-h:m:s
+        h, m, s = (clock + [0, 0])[:3]
+    else:  # m, m:s, h:m:s
+        h, m, s = (0, clock[0], 0) if len(clock) == 1 else (0, *clock) if len(clock) == 2 else tuple(clock)
+    return ((d * 24 + h) * 60 + m) * 60 + s
 
 
 @dataclass
@@ -36,6 +58,7 @@ class SlurmOptions:
     max_parallel: int | None = None  # array tasks running at once (%N)
     cells_per_task: int = 1
     signal_seconds: int = 120  # USR1 this long before the time limit (it may come up to 60 s early)
+    max_requeues: int = 3  # a task requeued this often stops requeueing itself (submitit's default)
     sbatch: list[str] = field(default_factory=list)  # extra #SBATCH lines, e.g. "--constraint=a100"
     setup: list[str] = field(default_factory=list)  # shell lines before Python starts, e.g. "module load cuda"
 
@@ -60,7 +83,13 @@ class SlurmOptions:
                 if not value.strip() or any(c.isspace() for c in value):
                     raise SuiteError(f"slurm {name} must be one word, got {value!r}")
                 setattr(self, name, value)
-        for name, least in (("cpus", 1), ("max_parallel", 1), ("cells_per_task", 1), ("signal_seconds", 0)):
+        for name, least in (
+            ("cpus", 1),
+            ("max_parallel", 1),
+            ("cells_per_task", 1),
+            ("signal_seconds", 0),
+            ("max_requeues", 0),
+        ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise SuiteError(f"slurm {name} must be an integer >= {least}, got {value!r}")
@@ -69,6 +98,13 @@ class SlurmOptions:
             if not isinstance(value, list) or not all(isinstance(v, str) and "\n" not in v for v in value):
                 raise SuiteError(f"slurm {name} must be a list of one-line strings")
         self.sbatch = [_sbatch_option(line) for line in self.sbatch]
+        limit = time_seconds(self.time) if self.time is not None else None
+        if limit is not None and limit <= self.signal_seconds + PROGRESS_MARGIN_S:
+            raise SuiteError(
+                f"slurm time {self.time} is not longer than the USR1 warning ({self.signal_seconds} s before "
+                f"the limit) plus {PROGRESS_MARGIN_S} s: each task would be signalled before it made "
+                "progress, and requeue forever"
+            )
 
     def sbatch_lines(self, n_array: int, log_dir: Path, job_name: str) -> list[str]:
         array = f"0-{n_array - 1}" + (f"%{self.max_parallel}" if self.max_parallel else "")
@@ -120,6 +156,7 @@ def render(
             )
         ),
         "signal_seconds": str(options.signal_seconds),
+        "max_requeues": str(options.max_requeues),
         "setup": "\n".join(options.setup),
         "workdir": shlex.quote(str(Path.cwd())),
         "python": shlex.quote(sys.executable),

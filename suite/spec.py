@@ -18,7 +18,7 @@ from typing import Any
 
 from suite.config import TrainConfig
 from suite.errors import SuiteError
-from suite.registry import ALL, RUNNERS, _closest, params_of
+from suite.registry import ALL, INT_LIMIT, RUNNERS, _closest, params_of
 
 DEFAULTS = {"task": "modular", "model": "mlp", "opt": "adam", "sampler": "random", "filter": "none"}
 
@@ -56,6 +56,11 @@ def resolve(
         if unused:
             raise SuiteError(f"task '{task.name}' trains nothing: --{unused[0]} does not apply")
         names = {"task": names["task"], "model": names["model"]}
+    gives, takes = task.info.get("gives"), ALL["model"].get(names["model"]).info.get("inputs", ())
+    if trains and gives and gives not in takes:  # said before the task builds anything (images render once)
+        raise SuiteError(
+            f"model '{names['model']}' takes {' or '.join(takes)} inputs, but task '{task.name}' gives {gives}"
+        )
     params = {kind: ALL[kind].get(name).params for kind, name in names.items()}
     spec: dict[str, Any] = {
         kind: {"name": names[kind]} | {k: p.default for k, p in params[kind].items()} for kind in names
@@ -75,8 +80,8 @@ def resolve(
             raise SuiteError(f"--set {key}: {where} takes '{bare}'{_closest(bare, known)}")
         for kind_ in targets:
             spec[kind_][bare] = params[kind_][bare].check(value)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SuiteError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < INT_LIMIT:
+        raise SuiteError(f"seed must be a non-negative integer below 2^63, got {seed!r}")
     spec["seed"] = seed
     if trains:
         TrainConfig(**spec["train"])  # its checks, before anything runs
@@ -106,10 +111,12 @@ def canonical(spec: dict) -> dict:
     return json.loads(json.dumps(spec))
 
 
-def task_data(spec: dict):
-    """The task's data and the model's registry entry, once the model is known to take that data."""
+def task_data(spec: dict, data=None):
+    """The task's data (built, unless given) and the model's registry entry, once the model is
+    known to take that data."""
     task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
-    data = task.build(spec["seed"], **component_settings(spec, "task"))
+    if data is None:
+        data = task.build(spec["seed"], **component_settings(spec, "task"))
     accepted = model_entry.info.get("inputs", ())
     if data.kind not in accepted:
         raise SuiteError(

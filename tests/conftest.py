@@ -45,11 +45,17 @@ class PreemptAt:
     def __init__(self, step):
         self.step = step
 
+    def start(self):
+        pass
+
     def log(self, record, step):
         if step == self.step:
             os.kill(os.getpid(), signal.SIGUSR1)
 
     def finish(self, result):
+        pass
+
+    def close(self, exit_code):
         pass
 
 

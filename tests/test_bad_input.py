@@ -250,3 +250,253 @@ def test_cuda_asked_for_without_cuda(tmp_path, capsys, grid, command):
     }[command]
     assert "CUDA is not available" in refused(capsys, *args, "--device", "cuda")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.toml"]
+
+
+# --- every class the hostile-input review found (issue 28): one line, exit 2, the folder unchanged ---
+
+HUGE = str(2**70)  # no integer setting takes it: torch and numpy hold 64-bit integers
+FULL_BATCH = [a for i, a in enumerate(MODULAR) if "batch_size=16" not in MODULAR[i : i + 2]]  # full takes no batch
+SETTINGS_MORE = {  # kind -> (run arguments, what the line says)
+    "seed past 2^63": ([*MODULAR, "--seed", str(2**63)], "seed must be a non-negative integer below 2^63"),
+    "seed 2^64": ([*MODULAR, "--seed", str(2**64)], "below 2^63"),
+    "data seed 2^64": ([*MODULAR, "--set", f"data_seed={2**64}"], "data_seed takes an integer below 2^63"),
+    "steps 2^70": ([*MODULAR[:-2], "--steps", HUGE], "steps takes an integer below 2^63"),
+    "eval batch 2^70": ([*MODULAR, "--set", f"eval_batch={HUGE}"], "eval_batch takes an integer below 2^63"),
+    "checkpoint interval 2^70": ([*MODULAR, "--set", f"checkpoint_every={HUGE}"], "below 2^63"),
+    "hold 2^70": ([*MODULAR, "--set", f"hold={HUGE}"], "hold takes an integer below 2^63"),
+    "MLP hidden width 1e11": ([*MODULAR, "--set", "hidden=100000000000"], "do not fit in memory"),
+    "MLP embedding width 1e11": ([*MODULAR, "--set", "d=100000000000"], "do not fit in memory"),
+    "transformer width 1e9": (
+        ["--model", "transformer", "--set", "d_model=1000000000", "--set", "n_heads=1", *TRANSFORMER],
+        "do not fit in memory",
+    ),
+    "transformer mlp width 1e12": (
+        ["--model", "transformer", "--set", "d_mlp=1000000000000", *TRANSFORMER],
+        "do not fit in memory",
+    ),
+    "grokfast window 1e20": (
+        ["--filter", "grokfast_ma", *MODULAR, "--set", "window=100000000000000000000"],
+        "window takes an integer below 2^63",
+    ),
+    "grokfast window of 1e12 gradients": (
+        ["--filter", "grokfast_ma", *MODULAR, "--set", "window=1000000000000"],
+        "keeps 1000000000000 copies of every gradient",
+    ),
+    "sampler power 1e300": (
+        ["--sampler", "frequency", *MODULAR, "--set", "power=1e300"],
+        "takes the example weights out of float32's range",
+    ),
+    "sampler power -1e300": (["--sampler", "frequency", *MODULAR, "--set", "power=-1e300"], "float32's range"),
+    "skew 1e6": ([*MODULAR, "--set", "split=skewed", "--set", "skew=1e6"], "skew 1000000.0 is too strong"),
+    "holdout skew 1e6": ([*MODULAR, "--set", "split=skewed_holdout", "--set", "skew=1e6"], "is too strong"),
+    "train-only skew 1e6": ([*MODULAR, "--set", "split=skewed_train", "--set", "skew=1e6"], "is too strong"),
+    "p a huge prime": ([*MODULAR, "--set", "p=1000000007"], "p must be a prime in [3, 8191]"),
+    "p just past the largest": ([*MODULAR, "--set", "p=8209"], "p must be a prime in [3, 8191]"),
+    "p 2^70": ([*MODULAR, "--set", f"p={HUGE}"], "p takes an integer below 2^63"),
+    "lr 1e308": ([*MODULAR, "--set", "lr=1e308"], "past float32's range"),
+    "sgd lr 1e39": (["--opt", "sgd", *MODULAR, "--set", "lr=1e39"], "past float32's range"),
+    "adamlr lr x c past float32": (
+        ["--opt", "adamlr", *MODULAR, "--set", "lr=1e30", "--set", "c=1e10"],
+        "lr x c = 1e+40 is past float32's range",
+    ),
+    "weight decay 1e39": ([*MODULAR, "--set", "weight_decay=1e39"], "weight_decay = 1e+39 is past float32's range"),
+    "an empty training set": ([*MODULAR, "--set", "train_frac=0.001"], "0 training"),
+    "an empty training set under full batches": (
+        ["--sampler", "full", *FULL_BATCH, "--set", "train_frac=0.001"],
+        "0 training",
+    ),
+    "an empty validation set": ([*MODULAR, "--set", "test_frac=0.001"], "0 validation"),
+    "hold longer than patience": (
+        [*MODULAR, "--set", "hold=500", "--set", "patience=100"],
+        "patience (100) is shorter than hold (500)",
+    ),
+    "negative hold": ([*MODULAR, "--set", "hold=-1"], "hold and patience must be >= 0"),
+    "transformer on images, before any image is drawn": (
+        ["--task", "polygons", "--model", "transformer"],
+        "takes tokens inputs, but task 'polygons' gives image",
+    ),
+    "a list for a number": ([*MODULAR, "--set", "lr=[1]"], "lr takes float"),
+    "betas with three values": ([*MODULAR, "--set", "betas=0.9,0.99,0.999"], "betas takes 2 comma-separated"),
+    "a word for a number": ([*MODULAR, "--set", "hidden=wide"], "hidden takes int"),
+    "a float for an integer": ([*MODULAR, "--set", "hidden=16.5"], "hidden takes int"),
+    "a bool for an integer": ([*MODULAR, "--set", "hidden=true"], "hidden takes int"),
+    "an unknown choice": ([*MODULAR, "--set", "op=pow"], "op='pow' is not one of"),
+    "an unknown loss": ([*MODULAR, "--set", "loss=mse"], "loss='mse' is not one of"),
+}
+
+
+@pytest.mark.parametrize("kind", SETTINGS_MORE)
+def test_an_unbounded_or_mistyped_setting(tmp_path, capsys, monkeypatch, kind):
+    monkeypatch.chdir(tmp_path)
+    args, message = SETTINGS_MORE[kind]
+    assert message in refused(capsys, "run", *args)
+    assert list(tmp_path.iterdir()) == []  # no run dir, no error.json, no W&B folder
+
+
+DEVICES = ["meta", "mps", "tpu", "xla", "cuda:-1", "gpu", "cpu:x"] + ([] if torch.cuda.is_available() else ["cuda:0"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_device_the_suite_does_not_run_on(tmp_path, capsys, monkeypatch, device):
+    monkeypatch.chdir(tmp_path)
+    line = refused(capsys, "run", *MODULAR, "--device", device)
+    assert f"device '{device}'" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+SEEDS = {
+    "0-100000000": "names 100000001 seeds; at most 10000",
+    "-1": "--seeds takes a list",
+    "3-1": "first <= last",
+    "a-b": "--seeds takes a list",
+    "0,,1": "--seeds takes a list",
+    f"0-{2**64}": "at most 10000",
+}
+
+
+@pytest.mark.parametrize("seeds", SEEDS)
+def test_a_seed_list_that_cannot_run(tmp_path, capsys, monkeypatch, seeds):
+    monkeypatch.chdir(tmp_path)
+    assert SEEDS[seeds] in refused(capsys, "run", *MODULAR, "--seeds", seeds)
+    assert list(tmp_path.iterdir()) == []
+
+
+GRID_VALUES = {  # kind -> (grid file text, what the line says)
+    "a list where a number goes": ("[fixed]\np = [11]\n", "p=[11]: p takes int"),
+    "a date where a number goes": ("[fixed]\np = 1979-05-27\n", "p takes int"),
+    "a nested list for an axis": ("[axes]\np = [[11]]\n", "p takes int"),
+    "a float for an integer": ("[fixed]\np = 11.5\n", "p takes int"),
+    "a bool for an integer": ("[fixed]\np = true\n", "p takes int"),
+    "a table for a value": ("[fixed]\np = {a = 1}\n", "'p' must be a value, got a table"),
+    "a time for a float": ("[fixed]\nlr = 07:32:00\n", "lr takes float"),
+    "a list for a name": ('[fixed]\nopt = ["adam"]\n', "opt takes a component name"),
+    "a number for a name": ("[fixed]\nopt = 3\n", "opt takes a component name"),
+    "a list for a string setting": ('[fixed]\nsplit = ["random"]\n', "split takes str"),
+    "an integer past 2^63": (f"[fixed]\nbatch_size = {2**63}\n", "takes an integer below 2^63"),
+    "an axis that is not a list": ("[axes]\nseed = 3\n", "axis 'seed' must be a list"),
+    "an empty file": ("", "the file is empty"),
+    "a name that climbs out": ('name = ".."\n[fixed]\np = 11\n', "name must be 1-100 letters"),
+    "a name with a slash": ('name = "a/b"\n[fixed]\np = 11\n', "name must be 1-100 letters"),
+    "a hidden name": ('name = ".grid"\n[fixed]\np = 11\n', "name must be 1-100 letters"),
+    "a name with a space": ('name = "my grid"\n[fixed]\np = 11\n', "name must be 1-100 letters"),
+    "a name too long": (f'name = "{"g" * 101}"\n[fixed]\np = 11\n', "name must be 1-100 letters"),
+    "a name that is a number": ("name = 3\n[fixed]\np = 11\n", "name must be 1-100 letters"),
+    "an unknown top-level key": ("[fixd]\np = 11\n", "unknown key 'fixd'"),
+    "experiments that are not tables": ('experiment = ["a"]\n', "experiment must be an array of tables"),
+    "an override without '='": ('[axes]\nopt = ["adam"]\n[overrides.opt]\nlr = 1\n', "must read KEY=VALUE"),
+    "an override that matches nothing": ('[axes]\nopt = ["adam"]\n[overrides."opt=sgd"]\nlr = 1\n', "matches no cell"),
+    "a key both fixed and an axis": ("[fixed]\np = 11\n[axes]\np = [13]\n", "'p' is both fixed and an axis"),
+    "a cell that cannot be built": ("[fixed]\np = 11\nbatch_size = 1000\n", "cannot be built: batch_size 1000"),
+    "a cell whose model cannot read the task": (
+        '[fixed]\ntask = "polygons"\nmodel = "transformer"\n',
+        "takes tokens inputs, but task 'polygons' gives image",
+    ),
+    "an unknown slurm key": ("[fixed]\np = 11\n[slurm]\nqueue = 'gpu'\n", "unknown key 'queue'"),
+}
+
+
+@pytest.mark.parametrize(
+    "kind, command",
+    # status reads a grid's cells and builds none of them: a cell that cannot be built is grid's to refuse
+    [(k, c) for k in GRID_VALUES for c in ("grid", "grid --dry-run", "status") if not (c == "status" and "built" in k)],
+)
+def test_a_grid_file_that_cannot_run(tmp_path, capsys, monkeypatch, kind, command):
+    text, message = GRID_VALUES[kind]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.toml").write_text(text)
+    before = snapshot(tmp_path)
+    assert message in refused(capsys, *command.split(), "g.toml")
+    assert snapshot(tmp_path) == before and not (tmp_path / "runs").exists()
+
+
+GRID_FLAGS = {  # kind -> (flags, what the line says)
+    "ensemble 0": (["--ensemble", "0"], "--ensemble must be at least 1"),
+    "ensemble 0 in a dry run": (["--ensemble", "0", "--dry-run"], "--ensemble must be at least 1"),
+    "ensemble -3": (["--ensemble", "-3"], "--ensemble must be at least 1"),
+    "workers 0": (["--workers", "0"], "--workers must be at least 1"),
+    "workers 0 in a dry run": (["--workers", "0", "--dry-run"], "--workers must be at least 1"),
+    "cells per task 0": (["--backend", "slurm", "--dry-run", "--cells-per-task", "0"], "cells_per_task must be"),
+    "max parallel 0": (["--backend", "slurm", "--dry-run", "--max-parallel", "0"], "max_parallel must be"),
+    "slurm time shorter than the warning": (
+        ["--backend", "slurm", "--dry-run", "--time", "5:00"],
+        "is not longer than the USR1 warning",
+    ),
+    "slurm time of seconds": (["--backend", "slurm", "--dry-run", "--time", "0:59"], "not longer than the USR1"),
+    "slurm time in no format": (["--backend", "slurm", "--dry-run", "--time", "soon"], "slurm time must read"),
+    "negative requeues": (["--backend", "slurm", "--dry-run", "--max-requeues", "-1"], "max_requeues must be"),
+    "an unknown experiment": (["--experiment", "nope"], "has no experiment 'nope'"),
+    "an unknown device": (["--device", "tpu"], "device 'tpu' is not one"),
+    "cuda without cuda": (["--device", "cuda"], "CUDA is not available")
+    if not torch.cuda.is_available()
+    else (["--device", "tpu"], "device 'tpu'"),
+}
+
+
+@pytest.mark.parametrize("kind", GRID_FLAGS)
+def test_a_grid_flag_that_cannot_run(tmp_path, capsys, monkeypatch, grid, kind):
+    flags, message = GRID_FLAGS[kind]
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    assert message in refused(capsys, "grid", grid, "--root", "runs", *flags)
+    assert snapshot(tmp_path) == before and not (tmp_path / "runs").exists()
+
+
+def _paths(tmp_path):
+    """A file and a folder in the way, and names that cannot be made."""
+    (tmp_path / "file").write_text("in the way")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "note").write_text("kept")
+    (tmp_path / "g.toml").write_text(TINY_FIXED)
+
+
+PATHS = {  # kind -> (arguments, what the line says)
+    "run --out a file": (["run", *MODULAR, "--out", "file"], "cannot write to file"),
+    "run --out under a file": (["run", *MODULAR, "--out", "file/run"], "cannot write to file/run"),
+    "run --root a file": (["run", *MODULAR, "--root", "file"], "cannot write to file"),
+    "run --out a name over 255 bytes": (["run", *MODULAR, "--out", "r" * 300], "File name too long"),
+    "run --root a name over 255 bytes": (["run", *MODULAR, "--root", "r" * 300], "File name too long"),
+    "grid file a folder": (["grid", "folder"], "is a folder, not a grid file"),
+    "grid file missing": (["grid", "nope.toml"], "does not exist"),
+    "grid file a folder, dry run": (["grid", "folder", "--dry-run"], "is a folder, not a grid file"),
+    "grid --root a file": (["grid", "g.toml", "--root", "file"], "cannot write to file"),
+    "grid --root under a file": (["grid", "g.toml", "--root", "file/runs"], "cannot write to file/runs"),
+    "grid --root a name over 255 bytes": (["grid", "g.toml", "--root", "r" * 300], "File name too long"),
+    "status file a folder": (["status", "folder"], "is a folder, not a grid file"),
+    "status --root a file": (["status", "g.toml", "--root", "file"], "file is not a folder of runs"),
+    "leaderboard root a file": (["leaderboard", "file"], "file: no such directory of runs"),
+    "leaderboard root missing": (["leaderboard", "nope"], "nope: no such directory of runs"),
+    "leaderboard --out a file": (["leaderboard", "folder", "--out", "file"], "cannot write to file"),
+    "leaderboard --out under a file": (["leaderboard", "folder", "--out", "file/board"], "cannot write to file/board"),
+    "leaderboard --out a name over 255 bytes": (["leaderboard", "folder", "--out", "b" * 300], "File name too long"),
+    "leaderboard tau-max inf": (["leaderboard", "folder", "--tau-max", "inf"], "--tau-max must be a finite number"),
+    "leaderboard tau-max nan": (["leaderboard", "folder", "--tau-max", "nan"], "--tau-max must be a finite number"),
+    "leaderboard tau-max 1": (["leaderboard", "folder", "--tau-max", "1"], "--tau-max must be a finite number"),
+    "export root a file": (["export", "file"], "file: no such directory of runs"),
+    "export root missing": (["export", "nope"], "no such directory of runs"),
+    "export --out a file": (["export", "folder", "--out", "file"], "cannot write to file"),
+    "export --out under a file": (["export", "folder", "--out", "file/x"], "cannot write to file/x"),
+    "bench --out a folder": (["bench", "--quick", "--out", "folder"], "cannot write to folder: Is a directory"),
+    "bench --out under a file": (["bench", "--quick", "--out", "file/b.json"], "cannot write to file"),
+}
+
+
+@pytest.mark.parametrize("kind", PATHS)
+def test_a_path_that_cannot_be_used(tmp_path, capsys, monkeypatch, kind):
+    monkeypatch.chdir(tmp_path)
+    _paths(tmp_path)
+    args, message = PATHS[kind]
+    before = snapshot(tmp_path)
+    assert message in refused(capsys, *args)
+    assert snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder", "g.toml"]
+
+
+@pytest.mark.parametrize("args, message", [
+    ([*MODULAR, "--set", "batch_size=61"], "larger than the training set"),  # found while building the run
+    ([*MODULAR, "--set", "hidden=100000000000"], "do not fit in memory"),
+], ids=["batch", "memory"])  # fmt: skip
+def test_nothing_is_tracked_before_the_run_is_known_to_build(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert message in refused(capsys, "run", *args, "--wandb", "offline")
+    assert list(tmp_path.iterdir()) == []  # no wandb/ offline-run folder either

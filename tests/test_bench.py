@@ -139,8 +139,7 @@ def test_an_interrupted_bench_keeps_the_sections_it_finished(tmp_path, monkeypat
 
     monkeypatch.setattr(sections, "ensemble_section", interrupted)
     out = tmp_path / "b.json"
-    with pytest.raises(KeyboardInterrupt):
-        main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)])
+    assert main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)]) == 130  # Ctrl-C's exit code
     report = json.loads(out.read_text())
     assert report["complete"] is False and "ensembles" not in report
     assert len(report["matmul"]["passes_flop_per_s"]) == 1  # the pass at the start, measured before the interruption

@@ -244,7 +244,7 @@ def test_a_sampler_that_is_not_a_sampler_is_one_line():
         )
 
 
-# --- one component of each kind from a new module: the README's example ---------------------------
+# --- one component of each kind from a new module: the example in suite/contracts.py's docstring ---
 
 
 def _package(root: Path, module_code: str, ep_name: str = "parity", group: str = "suite.tasks") -> dict:
@@ -260,9 +260,9 @@ def _package(root: Path, module_code: str, ep_name: str = "parity", group: str =
     return {"PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def test_readme_adds_one_component_of_each_kind_from_a_new_module_and_runs_them(tmp_path):
-    readme = (REPO / "README.md").read_text()
-    code = readme.split("<!-- example components -->")[1].split("```python")[1].split("```")[0]
+def test_the_example_adds_one_component_of_each_kind_from_a_new_module_and_runs_them(tmp_path):
+    source = (REPO / "suite/contracts.py").read_text()  # the example ends the module docstring
+    code = source.split("<!-- example components -->")[1].split("```python")[1].split("```")[0]
     env = _package(tmp_path, textwrap.dedent(code))
     listing = run_cli("list", "--origin", env=env)
     for kind_heading, name in (

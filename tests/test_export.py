@@ -132,7 +132,7 @@ def test_nothing_to_export_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["export", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        f"error: no such directory: {tmp_path / 'nowhere'}",
+        f"error: {tmp_path / 'nowhere'}: no such directory of runs",
         f"error: no readable result.json under {tmp_path / 'empty'}",
     ]
     assert not (tmp_path / "empty" / "export").exists()

@@ -160,6 +160,7 @@ def test_experiment_flag_picks_blocks_and_names_the_closest_on_a_typo(tmp_path, 
         """
         [fixed]
         p = 11
+        batch_size = 16
         [[experiment]]
         name = "optimizers"
         axes = { opt = ["adam", "sgd"] }

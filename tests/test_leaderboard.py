@@ -15,6 +15,7 @@ from suite.cli import main
 from suite.leaderboard import generate
 from suite.leaderboard.collect import CellLabels, MethodLabels
 from suite.leaderboard.stats import is_plain, outcome, performance_profile, pick_baseline, summarise
+from suite.milestones import Milestones
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "leaderboard"
@@ -536,13 +537,14 @@ def write_curve_run(
     }
     run = root / f"modular-mlp-{opt}-{split}-bs{bs}" / f"seed{seed}-{steps}"
     run.mkdir(parents=True)
-    (run / "result.json").write_text(
-        json.dumps({"spec": spec, "runner": "train", "wall_s": 1.0, "git_commit": "a" * 40})
-    )
     records = [
         {"step": 100 * i, "train_acc": 1.0, "val_acc": v, "train_loss": 0.1, "val_loss": 1.0}
         for i, v in enumerate(vals)
     ]
+    m = Milestones.of(records, 0.99, 0.95, 200)  # what the loop would have written
+    result = {"spec": spec, "runner": "train", "wall_s": 1.0, "git_commit": "a" * 40, "grok_step": m.grok_step,
+              "memorization_step": m.memorization_step, "first_touch_step": m.first_touch_step}  # fmt: skip
+    (run / "result.json").write_text(json.dumps(result))
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return run
 
@@ -634,3 +636,43 @@ def test_the_sampling_figure_counts_failed_seeds(tmp_path, monkeypatch):
     (df,) = drawn
     failed = df[df["bs"] == 512].iloc[0]
     assert math.isinf(failed["time_to_target"]) and sorted(failed["times"]) == [200, math.inf, math.inf]
+
+
+DAMAGE = {  # kind -> (what is done to seed 1's files, what the warning says, seeds left in the row)
+    "a torn last metrics line": (lambda run: run.joinpath("metrics.jsonl").write_text(
+        run.joinpath("metrics.jsonl").read_text() + '{"step": 60, "val_ac'), None, 2),
+    "a garbage metrics line": (lambda run: run.joinpath("metrics.jsonl").write_text(
+        "GARBAGE\n" + run.joinpath("metrics.jsonl").read_text()), "line 1 is not an evaluation", 2),
+    "metrics cut off mid-file": (lambda run: run.joinpath("metrics.jsonl").write_bytes(
+        run.joinpath("metrics.jsonl").read_bytes()[:30] + b"\n" + run.joinpath("metrics.jsonl").read_bytes()[30:]),
+        "is not an evaluation", 2),
+    "a grok step that is a word": (lambda run: _edit_result(run, grok_step="soon"), "grok_step is 'soon'", 1),
+    "a budget that is a string": (lambda run: _edit_result(run, spec_train_steps="1000"), "train.steps is '1000'", 1),
+    "a wall time that is a list": (lambda run: _edit_result(run, wall_s=[1]), "wall_s is [1]", 1),
+    "a seed that is a float": (lambda run: _edit_result(run, spec_seed=1.5), "no integer seed", 1),
+}  # fmt: skip
+
+
+def _edit_result(run, **changes):
+    result = json.loads((run / "result.json").read_text())
+    for key, value in changes.items():
+        if key.startswith("spec_train_"):
+            result["spec"]["train"][key.removeprefix("spec_train_")] = value
+        elif key.startswith("spec_"):
+            result["spec"][key.removeprefix("spec_")] = value
+        else:
+            result[key] = value
+    (run / "result.json").write_text(json.dumps(result))
+
+
+@pytest.mark.parametrize("kind", DAMAGE)
+def test_damaged_run_files_are_skipped_with_a_warning_and_the_board_is_made(tmp_path, capsys, kind):
+    damage, warning, seeds = DAMAGE[kind]
+    for seed in (0, 1):
+        write_curve_run(tmp_path / "runs", seed, GROKS)
+    damage(next((tmp_path / "runs").glob("*/seed1-*")))
+    assert main(["leaderboard", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert (warning in err) if warning else ("warning" not in err)
+    row = pd.read_csv(tmp_path / "out" / "modular-mlp.csv").iloc[0]
+    assert row["seeds"] == seeds and row["grokked"] == seeds  # a run without curves is judged by its result.json

@@ -124,7 +124,7 @@ def test_token_frequencies_count_training_inputs():
     "kwargs, message",
     [
         ({"p": 15}, "prime"),
-        ({"p": 2}, "prime >= 3"),
+        ({"p": 2}, "prime in \\[3, 8191\\]"),
         ({"test_frac": 0.0}, r"test_frac must be in \(0, 1\)"),
         ({"train_frac": 1.5}, "train_frac"),
         ({"train_frac": 0.9, "test_frac": 0.2}, "<= 1"),

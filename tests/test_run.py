@@ -159,7 +159,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
         (["--task", "modulr"], "unknown task 'modulr' (did you mean 'modular'?)"),
         (["--opt", "adamlrr"], "did you mean 'adamlr'"),
         (["--set", "p=15"], "p must be a prime"),
-        (["--set", "p=2"], "prime >= 3"),
+        (["--set", "p=2"], "prime in [3, 8191]"),
         (["--set", "train_frac=1.2"], "train_frac must be in (0, 1)"),
         (["--set", "test_frac=0"], "test_frac must be in (0, 1)"),
         (["--set", "train_frac=0.7", "--set", "test_frac=0.4"], "test_frac + train_frac must be <= 1"),

@@ -20,6 +20,41 @@ with one line. The JSON report is written at the start and again as each section
 ("complete" turns true at the end), so an interrupted bench keeps what it measured; a section
 that fails records its error and the others go on.
 
+    python -m suite bench                      # ~9-11 min on 2 CPU cores; --device cuda on a GPU
+    python -m suite bench --skip probe,compile --ensembles 1,8 --steps 300   # a shorter look
+    python -m suite bench --quick              # the same code paths on p = 43 in seconds (the test)
+
+It prints a table on stdout (progress on stderr; the last stdout line is the report's path) and
+writes a JSON report, by default runs/bench/bench-<commit>-<UTC stamp>.json, with the commit (and
+whether the checkout had uncommitted changes), torch version, device, threads, hostname, date,
+the load average at both ends, and every figure with its unit in its key (`_s`, `_flop`,
+`_flop_per_s`, `_runs_per_h`). Compare two reports to compare two commits. It uses every thread
+torch gets (set OMP_NUM_THREADS to choose); run dirs go to a temporary directory that is deleted
+afterwards. The report holds figures, not targets: the targets they are read against, and the
+reports taken so far, are in leaderboards/bench/README.md.
+
+The sections in detail:
+- matmul: square matmuls of 512-4096, best of a pass at the start and one at the end of the bench.
+- plain: `python -m suite run` of the default cell, `--steps` steps evaluating every 50, no early
+  stop, against the same steps and evaluations in `python -m suite.plain` (suite/plain.py: the
+  same MLP class and initialisation, data split, torch Adam, batches of 512 by randperm, loss and
+  accuracy on the whole train and val sets), each a fresh process, 3 times (`--repeats N`),
+  interleaved; `ratio` = best suite wall / best plain wall (start-up included), `loop_ratio` the
+  same for the loops alone (the result's wall_s).
+- steps: a+b mod 97 (default split), the MLP under adam and the Transformer under adamw (Nanda's
+  setting); the pure step is the median of 100 after 10 warm-up steps; the whole step is
+  wall_s / steps of the suite's loop over `--steps` steps, evaluating every 50, no early stop;
+  overhead ratio = whole / pure.
+- ensembles: seeds 0..K-1 of the default cell trained as one ensemble for `--steps` steps
+  (`--ensembles 1,8,32`); runs per hour = K x 3600 / wall x steps / 2000, i.e. of 2000-step runs
+  (the default cell groks at ~1700 steps and stops at ~2200), against K sequential runs (K times
+  the K = 1 wall). The wall is the whole train() call.
+- probe: needs the probe's packages (SmolLM2, bundled).
+- compile: needs a C++ compiler for torch.compile on CPU; the first compiled step is reported as
+  the compile time (shorter once inductor's disk cache holds the code); a failure to compile is
+  recorded as its one-line error.
+A section that cannot run here is recorded as `unavailable` in the report.
+
 The measurements are suite/bench/sections.py's, the table suite/bench/table.py's.
 """
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from suite.commands import flags
+from suite.errors import SuiteError
 
 
 def add(sub) -> None:
@@ -44,6 +45,9 @@ def add(sub) -> None:
     sl.add_argument("--max-parallel", type=int, help="array tasks running at once")
     sl.add_argument("--cells-per-task", type=int, help="cells each array task runs in turn (default 1)")
     sl.add_argument(
+        "--max-requeues", type=int, help="times an array task requeues itself after a checkpointed stop (default 3)"
+    )
+    sl.add_argument(
         "--sbatch",
         action="append",
         default=[],
@@ -56,7 +60,11 @@ def add(sub) -> None:
 def run(args) -> int:
     from suite import backends, grid
 
+    for flag, value in (("--ensemble", args.ensemble), ("--workers", args.workers)):  # Slurm's: SlurmOptions
+        if value < 1:
+            raise SuiteError(f"{flag} must be at least 1, got {value}")
     g = grid.load(args.grid_file).only(args.experiment)
+    grid.check_builds(g.cells)
     if args.backend == "slurm":
         return _slurm(args, g)
     if not args.dry_run:
@@ -108,6 +116,7 @@ def _slurm(args, g) -> int:
         account=args.account,
         max_parallel=args.max_parallel,
         cells_per_task=args.cells_per_task,
+        max_requeues=args.max_requeues,
         sbatch=args.sbatch,
     )
     sbatch = None if args.dry_run else find_sbatch()
@@ -128,6 +137,12 @@ def _slurm(args, g) -> int:
         compile=args.compile,
         template=Path(args.template) if args.template else TEMPLATE,
     )
+    if options.time is None:
+        print(
+            "warning: no --time (or [slurm] time): the partition's default limit applies, and each task "
+            f"checkpoints only when Slurm's USR1 comes, {options.signal_seconds} s before it",
+            file=sys.stderr,
+        )
     if args.dry_run:
         print(out, end="")
         return 0

@@ -70,6 +70,11 @@ def run(args) -> int:
             lambda i: make_tracker(args.wandb, specs[i], run_dirs[i]),
         )
     except Preempted as stop:
+        if stop.signal == "SIGINT":
+            print(
+                f"interrupted at step {stop.step}, checkpointed; run the same command again to resume", file=sys.stderr
+            )
+            return 130
         print(f"stopped: {stop}", file=sys.stderr)
         return 3  # not an error: the checkpoint is in place for the requeued job
     for result in results:
@@ -109,21 +114,27 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+MAX_SEEDS = 10_000  # one stack of this many is already more than any machine here trains at once
+
+
 def parse_seeds(text: str) -> list[int]:
     """'0-31', '0,1,2' or '0-3,8' -> the seeds, in order, each once."""
-    seeds: list[int] = []
+    spans = []
     try:
         for part in text.split(","):
             first, sep, last = part.strip().partition("-")
-            span = range(int(first), int(last) + 1) if sep else [int(first)]
+            span = range(int(first), int(last) + 1) if sep else range(int(first), int(first) + 1)
             if not span:
                 raise ValueError
-            seeds += [s for s in span if s not in seeds]
+            spans.append(span)
     except ValueError:
         raise SuiteError(
             f"--seeds takes a list like 0-31 or 0,1,2 (non-negative, first <= last), got '{text}'"
         ) from None
-    return seeds
+    count = sum(span.stop - span.start for span in spans)  # len() of a range past 2^63 overflows
+    if count > MAX_SEEDS:
+        raise SuiteError(f"--seeds names {count} seeds; at most {MAX_SEEDS} run from one command")
+    return list(dict.fromkeys(seed for span in spans for seed in span))
 
 
 DOTTED = re.compile(r"--([A-Za-z_]\w*\.\w+)(?:=(.*))?", re.S)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from suite.commands import flags
+from suite.errors import SuiteError
 
 
 def add(sub) -> None:
@@ -17,6 +20,8 @@ def run(args) -> int:
     from suite import backends, grid
 
     g = grid.load(args.grid_file).only(args.experiment)
+    if Path(args.root).exists() and not Path(args.root).is_dir():
+        raise SuiteError(f"{args.root} is not a folder of runs")
     for line in backends.status_lines(g.cells, args.root, show_done=args.all):
         print(line)
     return 0

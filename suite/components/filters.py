@@ -15,14 +15,25 @@ and is not.
 - orthograd: the orthogonal gradient of "Grokking at the edge of numerical stability"
   (Prieto et al. 2025, arXiv 2501.04697): the part of g along w is removed and the rest
   rescaled to |g|.
+
+Defaults: grokfast_ema alpha 0.98, lamb 2 (g <- g + lamb * ema(g); the EMA starts at the first
+gradient and is updated before it is added); grokfast_ma window 100, lamb 5 (the mean of the
+last `window` raw gradients; like their code it changes nothing until the window is full). The
+EMA and the window are checkpointed, so a resumed run continues exactly. What they measured in
+Grokfast's own setting (`--preset grokfast`, suite/presets.py): leaderboards/README.md.
+
+    python -m suite run --filter grokfast_ema                 # any cell; composes with any optimizer
+    python -m suite run --opt adamlr --filter grokfast_ma --set window=50
+    python -m suite run --filter orthograd --set loss=stablemax
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from suite import SuiteError, register_filter
-from suite.contracts import GradFilter
+from suite import GradFilter, SuiteError, register_filter
 
 
 @register_filter("none", elementwise=True)
@@ -140,7 +151,21 @@ def grokfast_ma(params, *, window: int = 100, lamb: float = 5.0):
     if window <= 0:
         raise SuiteError(f"window must be positive, got {window}")
     _check_lamb(lamb)
+    params = list(params)
+    need = window * sum(p.numel() * p.element_size() for p in params)
+    if params and need > (have := _memory_of(params[0].device)):
+        raise SuiteError(
+            f"window {window} keeps {window} copies of every gradient, {need / 2**30:.3g} GiB: more than "
+            f"the {have / 2**30:.3g} GiB of memory here"
+        )
     return GrokfastMA(params, window, lamb)
+
+
+def _memory_of(device: torch.device) -> int:
+    """Bytes of memory the device has in all."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 @register_filter("orthograd")

@@ -40,16 +40,28 @@ class ParamGroups:
         return self.embedding + self.rest
 
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
 def _check(
     *, weight_decay: float, betas: tuple[float, float] | None = None, eps: float | None = None, **positive: float
 ) -> None:
     """Settings that make no sense stop the run before it starts. torch takes some of them: a
-    negative lr in a param group (Adam-LR's c < 0), a beta of 1, an eps of 0."""
+    negative lr in a param group (Adam-LR's c < 0), a beta of 1, an eps of 0; and a rate past
+    float32's range (3.4e38) cannot scale a float32 update at all."""
     for name, value in positive.items():
         if not value > 0:
             raise SuiteError(f"{name} must be positive, got {value}")
     if not weight_decay >= 0:
         raise SuiteError(f"weight_decay must be >= 0, got {weight_decay}")
+    rates = {
+        "lr": positive.get("lr", 0),
+        "lr x c": positive.get("lr", 0) * positive.get("c", 1),
+        "weight_decay": weight_decay,
+    }
+    for name, value in rates.items():
+        if value > FLOAT32_MAX:
+            raise SuiteError(f"{name} = {value:g} is past float32's range ({FLOAT32_MAX:.3g}): no update can use it")
     if betas is not None and not all(0 <= b < 1 for b in betas):
         raise SuiteError(f"betas must lie in [0, 1), got {betas}")
     if eps is not None and not eps > 0:

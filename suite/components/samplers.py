@@ -4,15 +4,26 @@ A sampler is built once from the task's data and the run's generator (seeded fro
 run's seed, on the run's device); `next()` returns the batch's indices into the training
 set, drawn on the device. All the randomness goes through that generator, whose state
 the checkpoint carries, so a resumed run draws the same batches.
+
+The samplers registered here:
+- random: uniform minibatches (batch_size distinct examples); full: every training example at
+  every step; epoch: shuffled epochs cut into batches, the last one short (Grokfast's loop);
+- frequency (ours): example weights that give every token the same update rate;
+- grad_softmax: the embedding paper's Appendix-A optimum (arXiv 2505.15624, eq. 19), which the
+  paper never runs: token probabilities p_i = softmax(L_i^2 / gamma), L_i a running mean (decay
+  `beta`) of token i's embedding-gradient norm per example, gamma in units of the mean L_i^2;
+  examples are drawn with weight prod_t p_t / f_t over their tokens, so tokens come up with
+  probability ~ p. A sampler that adapts this way reads each run's embedding gradient after
+  backward (`reads_embedding_grad`), so it needs a model with a token embedding.
+
+    python -m suite run --sampler grad_softmax --set gamma=1
 """
 
 from __future__ import annotations
 
 import torch
 
-from suite import SuiteError, register_sampler
-from suite.contracts import Sampler
-from suite.data import TaskData
+from suite import Sampler, SuiteError, TaskData, register_sampler
 
 
 def _check_batch(batch_size: int, data: TaskData) -> None:
@@ -87,6 +98,8 @@ class FrequencyAware(Sampler):
             w = w * torch.exp((log_ratio[x] * counts).sum(1) / counts.sum(1).clamp(min=1))
             w = w / w.mean()
         self.weights = w.pow(power).float()
+        if not (torch.isfinite(self.weights).all() and self.weights.sum() > 0):
+            raise SuiteError(f"power {power} takes the example weights out of float32's range")
         self.batch_size, self.generator = batch_size, generator
 
     def next(self) -> torch.Tensor:
@@ -154,6 +167,9 @@ class GradSoftmax(Sampler):
     def next(self) -> torch.Tensor:
         ratio = torch.where(self.varies, self.token_probabilities() * self.inverse_freq, 1.0)
         weights = ratio[self.x].prod(1)
+        if not (torch.isfinite(weights).all() and weights.sum() > 0):
+            # gradients that are no longer finite (a diverging run: its next evaluation stops it)
+            weights = torch.ones_like(weights)
         self.batch = torch.multinomial(weights, self.batch_size, replacement=True, generator=self.generator)
         return self.batch
 

@@ -55,6 +55,7 @@ c sweep and sampling figures, the number probes' page) lives in that package.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -65,7 +66,7 @@ from suite.leaderboard.sections import Board, Files, registered
 from suite.leaderboard.stats import TAU_MAX
 from suite.leaderboard.tables import commits_text
 from suite.results import TRAIN
-from suite.rundir import write_atomic
+from suite.rundir import check_writable, write_atomic
 
 __all__ = ["default_out", "generate", "terminal_summary"]
 
@@ -80,8 +81,11 @@ def generate(root: str | Path = "runs", out: str | Path | None = None, tau_max: 
     """Write every table and plot for the runs under root into out (default: default_out(root));
     returns the files written."""
     tau_max = TAU_MAX if tau_max is None else tau_max
-    if not tau_max > 1:
-        raise SuiteError(f"tau_max must be > 1, got {tau_max}")
+    if not 1 < tau_max < math.inf:
+        raise SuiteError(f"--tau-max must be a finite number above 1, got {tau_max}")
+    if not Path(root).is_dir():
+        raise SuiteError(f"{root}: no such directory of runs")
+    check_writable(default_out(root) if out is None else out)  # before reading every run
     col = collect(root)
     command = f"python -m suite leaderboard {os.path.normpath(str(root))}" + (
         f" --tau-max {tau_max:g}" if tau_max != TAU_MAX else ""
@@ -123,6 +127,13 @@ def _write(out: Path, files: Files) -> None:
             f"{out / foreign[0]}{more} exists and was not written by a leaderboard (not in {listing}); "
             "choose another --out or move it"
         )
+    out.mkdir(parents=True, exist_ok=True)
+    for rel in old | set(files) | {GENERATED}:  # write_atomic's temporaries, left by a leaderboard killed mid-write
+        for tmp in (out / rel).parent.glob(f".{Path(rel).name}.*.tmp"):
+            tmp.unlink()
+    # Listed before any is written: a run stopped halfway (killed, a full disk) leaves only files
+    # the listing names, so the next run takes them as its own.
+    write_atomic(listing, "".join(f"{rel}\n" for rel in sorted(old | set(files))))
     for rel, data in files.items():
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -56,10 +56,57 @@ def settings_key(settings: dict) -> tuple:
 
 
 def _read_metrics(path: Path) -> pd.DataFrame | None:
+    """A run's evaluations. A torn last line (a run killed mid-write) is left out; a file damaged
+    anywhere else is left out whole, with a warning (the run is then judged by its result.json)."""
     if not path.exists():
         return None
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return pd.DataFrame(lines) if lines else None
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not _evaluation(record):
+            if i == len(lines) - 1:
+                break
+            print(f"warning: {path}: line {i + 1} is not an evaluation; its curves are left out", file=sys.stderr)
+            return None
+        records.append(record)
+    return pd.DataFrame(records) if records else None
+
+
+def _evaluation(record) -> bool:
+    numbers = ("train_acc", "val_acc")
+    return (
+        isinstance(record, dict)
+        and _is_int(record.get("step"))
+        and all(isinstance(record.get(k), int | float) and not isinstance(record.get(k), bool) for k in numbers)
+    )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _damage(result: dict) -> str | None:
+    """What in a training run's result.json is not what the suite writes (a hand edit, another
+    program), or None."""
+    spec, train = result["spec"], result["spec"].get("train")
+    if not isinstance(train, dict) or not _is_int(spec.get("seed")):
+        return "its spec has no train settings or no integer seed"
+    for key in ("steps", "eval_every"):
+        if not (_is_int(train.get(key)) and train[key] > 0):
+            return f"train.{key} is {train.get(key)!r}, not a positive integer"
+    for key in ("memorization_step", "grok_step", "first_touch_step"):
+        if result.get(key) is not None and not _is_int(result[key]):
+            return f"{key} is {result[key]!r}, not an integer or null"
+    wall = result.get("wall_s")
+    if wall is not None and not (isinstance(wall, int | float) and not isinstance(wall, bool)):
+        return f"wall_s is {wall!r}, not a number"
+    if result.get("git_commit") is not None and not isinstance(result["git_commit"], str):
+        return f"git_commit is {result['git_commit']!r}, not a string"
+    return None
 
 
 @dataclass
@@ -128,8 +175,11 @@ def _results(root: Path):
         spec = result.get("spec") if isinstance(result, dict) else None
         runner = runner_of(result) if isinstance(spec, dict) else None
         needed = ("task", "model", *COMPONENTS, "train", "seed") if runner == TRAIN else ("task", "model", "seed")
-        if not isinstance(spec, dict) or not all(k in spec for k in needed):
+        if not isinstance(spec, dict) or not all(isinstance(spec.get(k), dict) for k in needed if k != "seed"):
             print(f"warning: {path}: not a result file of this suite (no full spec); skipped", file=sys.stderr)
+            continue
+        if runner == TRAIN and (damage := _damage(result)):
+            print(f"warning: {path}: {damage}; skipped", file=sys.stderr)
             continue
         run_id = result.get("run_id") or spec_id(spec)
         if run_id not in seen:

@@ -1,0 +1,216 @@
+"""Faults never give a wrong result (issue 28, part 3): a foreign checkpoint, a history lost before
+its checkpoint, a leaderboard stopped mid-write, stale temporaries, a full disk, W&B without a
+network, Ctrl-C, and Slurm limits that would requeue forever."""
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import TINY_FIXED, run_cli, wait_for_step
+
+from suite import rundir
+from suite.cli import main
+from suite.leaderboard import generate
+from suite.rundir import RunDir
+from suite.spec import resolve
+from suite.train import Preempted, train
+
+CPU = torch.device("cpu")
+CELL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "d": 8, "hidden": 16, "eval_every": 10,
+        "checkpoint_every": 20, "patience": None, "train.steps": 60}  # fmt: skip
+ARGS = [arg for key, value in CELL.items() for arg in ("--set", f"{key}={value}")]
+
+
+class StopAt:
+    """A tracker that asks the run to stop (SIGUSR1, as Slurm does) at one evaluation."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def start(self):
+        pass
+
+    def log(self, record, step):
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def finish(self, result):
+        pass
+
+    def close(self, exit_code):
+        pass
+
+
+def stopped(tmp_path, seed):
+    """A run of CELL with `seed` asked to stop at its evaluation of step 30: it checkpoints at the
+    next step, 31, in tmp_path/seed<seed>."""
+    out = tmp_path / f"seed{seed}"
+    with pytest.raises(Preempted):
+        train([resolve({}, CELL, seed)], [out], CPU, [StopAt(30)])
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == 31
+    return out
+
+
+def refused(capsys, *args):
+    capsys.readouterr()  # what the runs before said
+    code = main([str(a) for a in args])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def test_a_checkpoint_of_another_seed_is_refused_not_resumed(tmp_path, capsys):
+    a, b = stopped(tmp_path, 0), stopped(tmp_path, 1)
+    (a / "checkpoint.pt").write_bytes((b / "checkpoint.pt").read_bytes())  # two seeds' files swapped
+    before = (a / "metrics.jsonl").read_bytes()
+    line = refused(capsys, "run", *ARGS, "--seed", 0, "--out", a)
+    assert "is run " in line and "(seed 1), not this run's" in line
+    assert (a / "metrics.jsonl").read_bytes() == before and not (a / "result.json").exists()
+
+
+def test_a_history_lost_before_its_checkpoint_is_refused(tmp_path, capsys):
+    out = stopped(tmp_path, 0)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("\n".join(lines[:1] + lines[2:]) + "\n")  # what a power loss can do
+    line = refused(capsys, "run", *ARGS, "--out", out)
+    assert "does not hold the evaluations its checkpoint (step 31) continues: 1 missing, the first at step 10" in line
+    assert not (out / "result.json").exists()
+
+
+def test_evaluations_reach_the_disk_before_the_checkpoint_that_continues_them(tmp_path, monkeypatch):
+    order = []
+    real_fsync, real_save = os.fsync, RunDir.save_checkpoint
+    monkeypatch.setattr(os, "fsync", lambda fd: order.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    monkeypatch.setattr(
+        RunDir, "save_checkpoint", lambda self, state: order.append("checkpoint") or real_save(self, state)
+    )
+    train([resolve({}, CELL, 0)], [tmp_path / "run"], CPU)
+    first = order.index("checkpoint")
+    assert order[first - 1].endswith("metrics.jsonl")  # fsynced just before the first checkpoint was written
+
+
+def test_stale_temporaries_of_a_killed_writer_are_cleaned_on_resume(tmp_path):
+    out = stopped(tmp_path, 0)
+    for name in (".checkpoint.pt.k1ll3d.tmp", ".metrics.jsonl.abc123.tmp"):
+        (out / name).write_bytes(b"half")
+    (result,) = train([resolve({}, CELL, 0)], [out], CPU)
+    assert result["steps"] == 60 and not list(out.glob(".*.tmp"))
+
+
+def test_a_leaderboard_stopped_mid_write_runs_again_and_cleans_up(tmp_path, monkeypatch):
+    runs, out = tmp_path / "runs", tmp_path / "board"
+    train([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"], CPU)
+    real, written = rundir.write_atomic, []
+
+    def dies_on_the_fourth(path, data):
+        if len(written) == 3:
+            (path.parent / f".{path.name}.half.tmp").write_bytes(b"half")  # what a SIGKILL leaves
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(path)
+        real(path, data)
+
+    monkeypatch.setattr("suite.leaderboard.write_atomic", dies_on_the_fourth)
+    with pytest.raises(OSError):
+        generate(runs, out)
+    monkeypatch.setattr("suite.leaderboard.write_atomic", real)
+    files = generate(runs, out)  # its own half-written board is its own: no refusal
+    assert "index.md" in files and not list(out.rglob(".*.tmp"))
+    assert sorted((out / "generated.txt").read_text().split()) == sorted(files)
+
+
+@pytest.mark.parametrize("command", ["run", "export", "grid"])
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    if command == "export":
+        train([resolve({}, CELL, 0)], [tmp_path / "runs" / "a"], CPU)
+    (tmp_path / "g.toml").write_text(TINY_FIXED)
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "fsync", full)
+    args = {"run": ["run", *ARGS, "--out", "full"], "export": ["export", "runs", "--out", "table"],
+            "grid": ["grid", "g.toml", "--root", "runs2"]}[command]  # fmt: skip
+    code = main(args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and lines[-1].startswith("error: ") and "No space left on device" in lines[-1]
+    assert lines[-1].split(": ")[1].endswith((".json", ".jsonl", ".csv", ".parquet", ".pt"))  # the file it names
+    assert not list(tmp_path.rglob(".*.tmp"))  # no torn or temporary file left
+
+
+@pytest.mark.skipif(shutil.which("getent") is not None and subprocess.run(["getent", "hosts", "api.wandb.ai"],
+                    capture_output=True).returncode == 0, reason="needs a machine without a route to W&B")  # fmt: skip
+def test_wandb_online_without_a_network_falls_back_to_offline_with_one_line(tmp_path):
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "a" * 40, "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+           "SUITE_WANDB_INIT_TIMEOUT": "3"}  # fmt: skip
+    proc = run_cli("run", *ARGS, "--out", tmp_path / "run", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: W&B online failed")]
+    assert len(warnings) == 1 and "logging offline instead" in warnings[0]
+    assert list((tmp_path / "wandb").glob("offline-run-*")) and (tmp_path / "run" / "result.json").exists()
+
+
+def test_ctrl_c_on_run_checkpoints_with_one_line_and_resumes_to_the_same_numbers(tmp_path):
+    long = [*ARGS, "--set", "train.steps=10000", "--set", "checkpoint_every=100"]
+    reference = run_cli("run", *long, "--out", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", *long, "--out", str(out)],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for_step(proc, out, 500)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    err = proc.stderr.read()
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted at step ") and last.endswith(
+        "checkpointed; run the same command again to resume"
+    )
+    resumed = run_cli("run", *long, "--out", out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / "metrics.jsonl").read_text() == (tmp_path / "reference" / "metrics.jsonl").read_text()
+
+
+def test_slurm_caps_its_requeues_and_says_so_and_warns_without_a_time_limit(tmp_path, capsys):
+    (tmp_path / "g.toml").write_text(TINY_FIXED)
+    assert main(["grid", str(tmp_path / "g.toml"), "--backend", "slurm", "--dry-run", "--max-requeues", "2",
+                 "--root", str(tmp_path / "runs")]) == 0  # fmt: skip
+    out, err = capsys.readouterr()
+    assert 'if [ "${SLURM_RESTART_COUNT:-0}" -ge 2 ]' in out and "not requeueing $task" in out
+    assert "the most max_requeues (2) allows" in out
+    assert "warning: no --time" in err
+    assert main(["grid", str(tmp_path / "g.toml"), "--backend", "slurm", "--dry-run", "--time", "1:00:00",
+                 "--root", str(tmp_path / "runs")]) == 0  # fmt: skip
+    assert "warning: no --time" not in capsys.readouterr().err
+
+
+def test_the_requeue_cap_stops_a_task_that_keeps_being_signalled(tmp_path):
+    """The rendered script's own logic, run by bash with a fake Slurm: restart 3 of at most 3 exits
+    with 3 and a line, instead of requeueing again."""
+    from suite.grid import load
+    from suite.slurm import SlurmOptions, render
+
+    (tmp_path / "g.toml").write_text(TINY_FIXED)
+    grid = load(tmp_path / "g.toml")
+    script = render(grid, SlurmOptions(max_requeues=3), grid.cells, tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/sh\necho requeued >> "$LOG"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    script = script.replace(sys.executable, "sh -c 'exit 3'")  # the run stops with 3 (checkpointed on request)
+    (tmp_path / "job.sh").write_text(script)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(tmp_path / "log"),
+           "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "0"}  # fmt: skip
+    again = subprocess.run(["bash", str(tmp_path / "job.sh")], env={**env, "SLURM_RESTART_COUNT": "1"},
+                           capture_output=True, text=True)  # fmt: skip
+    assert again.returncode == 0 and "requeue 2 of at most 3" in again.stdout
+    assert (tmp_path / "log").read_text() == "requeued\n"
+    last = subprocess.run(["bash", str(tmp_path / "job.sh")], env={**env, "SLURM_RESTART_COUNT": "3"},
+                          capture_output=True, text=True)  # fmt: skip
+    assert last.returncode == 3 and "not requeueing 7_0: it was requeued 3 times" in last.stdout
+    assert (tmp_path / "log").read_text() == "requeued\n"  # not requeued again
