@@ -66,6 +66,15 @@ class GrokfastTransformer(nn.Module):
         """W: the first layer's attention input projection (Q, K, V stacked, 3d x d), the first matrix that reads E."""
         return self.layers[0].attn.in_proj_weight
 
+    @property
+    def hidden_weights(self) -> list:
+        """The layers' matrices (Muon's): attention in and out, MLP in and out; not the embeddings or head."""
+        return [
+            w
+            for layer in self.layers
+            for w in (layer.attn.in_proj_weight, layer.attn.out_proj.weight, layer.mlp[0].weight, layer.mlp[2].weight)
+        ]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.T  # sequence first, as nn.MultiheadAttention expects by default
         h = self.token_embeddings(x) + self.position_embeddings.weight[: x.shape[0], None]

@@ -83,6 +83,11 @@ class MLP(nn.Module):
         return self.embed.weight if self.embed is not None else None
 
     @property
+    def hidden_weights(self) -> list:
+        """The matrices between the inputs and the head (Muon's): here the hidden layer's weight."""
+        return [self.hidden.weight]
+
+    @property
     def coupled_weight(self):
         """W, the first weight that reads the embeddings (the bilinear partner of E)."""
         return self.hidden.weight if self.embed is not None else None

@@ -112,6 +112,12 @@ class Transformer(nn.Module):
         """W_QKV of the first layer (3 d_model x d_model): the first weight that reads E."""
         return self.blocks[0].qkv
 
+    @property
+    def hidden_weights(self) -> list:
+        """The blocks' matrices (Muon's): attention QKV and output, MLP in and out; not the embeddings
+        or the unembedding."""
+        return [w for block in self.blocks for w in (block.qkv, block.out, block.mlp_in, block.mlp_out)]
+
     def residual(self, x: torch.Tensor) -> torch.Tensor:
         """The residual stream after the last block, batch x positions x d_model."""
         h = self.embed[x] + self.positions

@@ -35,6 +35,8 @@ class Stacked(nn.Module):
         names = {id(p): n for n, p in first.named_parameters()}
         self._embedding = names.get(id(getattr(first, "embedding_weight", None)))
         self._coupled = names.get(id(getattr(first, "coupled_weight", None)))
+        hidden = getattr(first, "hidden_weights", None)
+        self._hidden = None if hidden is None else [names[id(p)] for p in hidden]
         params, buffers = stack_module_state(models)
         self._names = list(params)  # the members' own parameter order, so optimizer state lines up
         for name, value in params.items():

@@ -1,13 +1,14 @@
 """Which members train together: the one place that decides whether runs can stack.
 
 Members stack (suite/ensemble.py's Stacked) when that is exact and their tensors line up:
-their specs differ only in the seed and the task's settings (suite.spec.shared), the optimizer
-and filter are registered elementwise, the model may be stacked and vmapped, and the members'
-data and parameters have the same shapes and start at the same step. Anything that couples
-elements (a norm over a whole tensor, an SVD) or keeps per-model state the stack cannot hold
-(BatchNorm statistics, dropout's random draws) would not be exact: such members run one after
-the other, each its model alone (Alone), with the reason said once. Members whose shapes or
-starting steps differ stack in parts of equal shapes and steps.
+their specs differ only in the seed and the settings of their task, optimizer and filter
+(suite.spec.shared), the model may be stacked and vmapped, and the members' data and parameters
+have the same shapes and start at the same step. How each member is updated exactly (one
+optimizer over the stack, or one per member over its slice) is suite/updates.py's. A model that
+keeps per-model state the stack cannot hold (BatchNorm statistics, dropout's random draws) would
+not be exact: such members run one after the other, each its model alone (Alone), with the
+reason said once. Members whose shapes or starting steps differ stack in parts of equal shapes
+and steps.
 """
 
 from __future__ import annotations
@@ -37,11 +38,7 @@ def blocker(specs: list[dict], models: list[nn.Module]) -> str | None:
     """Why these members cannot train as one exact stack whatever their shapes, or None."""
     first = specs[0]
     if any(shared(s) != shared(first) for s in specs[1:]):
-        return "the specs differ in more than the seed and the task's settings"
-    for kind in ("opt", "filter"):
-        entry = ALL[kind].get(first[kind]["name"])
-        if not entry.info.get("elementwise"):
-            return f"{'optimizer' if kind == 'opt' else 'filter'} '{entry.name}' is not elementwise"
+        return "the specs differ in more than the seed and the task's, optimizer's and filter's settings"
     if not ALL["model"].get(first["model"]["name"]).info.get("stackable", True):
         return f"model '{first['model']['name']}' is registered with stackable=False"
     if len(specs) > 1 and first["train"].get("hessian_every"):

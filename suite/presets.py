@@ -89,7 +89,29 @@ GROKFAST = Preset(
     per_filter={"grokfast_ema": {"opt.weight_decay": 0.005}, "grokfast_ma": {"opt.weight_decay": 0.01}},
 )
 
-PRESETS = {p.name: p for p in (GROKFAST,)}
+ORTHOADAMW = Preset(
+    name="orthoadamw",
+    summary="Prieto et al.'s orthogonal AdamW with StableMax, no weight decay, full batch (arXiv 2501.04697)",
+    choices={"task": "modular", "model": "mlp", "opt": "adamw", "sampler": "full", "filter": "orthograd"},
+    settings={
+        # Their MLP runs (run_main_experiments.sh, Fig. 6): a+b mod 113, 40% of the pairs trained on,
+        # the rest the test set, full-batch steps, lr 0.005, --orthogonal_gradients.
+        "task.p": 113,
+        "task.train_frac": 0.4,
+        "task.test_frac": 0.6,
+        "opt.lr": 5e-3,
+        # What their code's AdamW actually ran: OrthoGrad builds its inner AdamW from lr and weight_decay
+        # alone, so the inner optimizer keeps torch's defaults, betas (0.9, 0.999) and eps 1e-8 (the
+        # --beta2 and --adam_epsilon flags reach only the outer wrapper's param groups); weight_decay 0.
+        "opt.weight_decay": 0.0,
+        "opt.betas": (0.9, 0.999),
+        "opt.eps": 1e-8,
+        # StableMax (their Fig. 1 runs it alone); the paper proposes both together against softmax collapse.
+        "train.loss": "stablemax",
+    },
+)
+
+PRESETS = {p.name: p for p in (GROKFAST, ORTHOADAMW)}
 
 
 def get(name: str) -> Preset:

@@ -126,7 +126,10 @@ def task_data(spec: dict, data=None):
 
 
 def shared(spec: dict) -> dict:
-    """What the members of one stack have in common: the spec but its seed and its task's settings.
-    Each member brings its own data (operation, split, data seed, ...), so cells that differ
-    there stack as seeds do, as long as the tensors come out the same shapes (suite.ensemble.shapes)."""
-    return {k: ({"name": v["name"]} if k == "task" else v) for k, v in spec.items() if k != "seed"}
+    """What the members of one stack have in common: the spec but its seed and the settings of its
+    task, optimizer and filter. Each member brings its own data (operation, split, data seed, ...),
+    so cells that differ there stack as seeds do, as long as the tensors come out the same shapes
+    (suite.ensemble.shapes); each member may have its own optimizer and filter settings (its own
+    learning rate, weight decay, c, filter strength: suite/updates.py's MemberUpdates)."""
+    own = ("task", "opt", "filter")
+    return {k: ({"name": v["name"]} if k in own else v) for k, v in spec.items() if k != "seed"}

@@ -1,7 +1,7 @@
 """The members that train together, as tensors: one model, its optimizer and filter, their data.
 
 A Stack holds the live members of one part (suite/plan.py) and their model (Stacked or Alone:
-suite/ensemble.py), its optimizer and gradient filter, and every member's data stacked on a
+suite/ensemble.py), its optimizer and gradient filter (suite/updates.py), and every member's data stacked on a
 leading member axis: x_train is [K, n, ...], logits [K, batch, classes]. It computes: the batch
 of the next step (the step itself is suite/train.py's), the evaluation records, each member's
 checkpoint state, and a smaller stack when members stop. Files are the members' (suite/member.py).
@@ -17,8 +17,9 @@ from suite.config import TrainConfig
 from suite.ensemble import Alone, Stacked, finite
 from suite.hessian import hessian_measures
 from suite.measures import LOSSES, evaluate, progress_columns, sigma_ratio, to_host
-from suite.member import Member, optimizer_and_filter
+from suite.member import Member
 from suite.rundir import UnreadableFile, set_rng_states
+from suite.updates import elementwise, for_stack
 
 
 class Stack:
@@ -26,7 +27,7 @@ class Stack:
         self.live, self.model, self.device, self.spec = list(members), model, device, members[0].spec
         self.cfg = TrainConfig(**self.spec["train"])
         self.loss_fn = LOSSES[self.cfg.loss]
-        self.optimizer, self.grad_filter = optimizer_and_filter(self.spec, model)
+        self.update = for_stack([m.spec for m in members], model, elementwise(self.spec))
         self.x_train, self.y_train, self.x_val, self.y_val = (
             torch.stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val")
         )
@@ -42,8 +43,7 @@ class Stack:
         """The optimizer, filter and running accuracy from the members' checkpoints (their models,
         samplers and generators were restored as they claimed their run dirs)."""
         try:
-            self.optimizer.load_state_dict(self.model.join([s["optimizer"] for s in states]))
-            self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
+            self.update.load(states)
         except Exception as err:  # noqa: BLE001 - read, but not these runs': any failure says so
             raise UnreadableFile(
                 f"the checkpoints in {', '.join(str(m.run_dir.path) for m in self.live)} do not fit "
@@ -61,7 +61,7 @@ class Stack:
         learning rate of this step (the warmup's share of each group's base rate)."""
         batch = torch.stack([m.sampler.next() for m in self.live])  # [K, batch]
         warmup = min(step / self.cfg.warmup_steps, 1.0) if self.cfg.warmup_steps else 1.0
-        for group in self.optimizer.param_groups:
+        for group in self.update.param_groups:
             group["lr"] = group["base_lr"] * warmup
         rows = torch.arange(len(self.live), device=self.device)[:, None]  # member i's batch from member i's data
         return self.x_train[rows, batch], self.y_train[rows, batch]
@@ -141,16 +141,9 @@ class Stack:
 
     def states(self) -> list[dict]:
         """Each live member's model, optimizer, filter and running accuracy, in a separate run's format."""
-        models = self.model.member_state_dicts()
-        optimizers = self.model.split(self.optimizer.state_dict())
-        filters = self.model.split(self.grad_filter.state_dict())
+        models, updates = self.model.member_state_dicts(), self.update.states()
         return [
-            {
-                "model": models[i],
-                "optimizer": optimizers[i],
-                "filter": filters[i],
-                "running": (int(self.running_correct[i]), self.running_seen),
-            }
+            {"model": models[i], **updates[i], "running": (int(self.running_correct[i]), self.running_seen)}
             for i in range(len(self.live))
         ]
 
@@ -163,12 +156,9 @@ class Stack:
         self.live = [self.live[i] for i in keep]
         if not keep:  # every member stopped: nothing left to train
             return
-        opt_states = self.model.split(self.optimizer.state_dict())
-        filter_states = self.model.split(self.grad_filter.state_dict())
+        states = self.update.states()
         self.model.keep(keep)
-        self.optimizer, self.grad_filter = optimizer_and_filter(self.spec, self.model)
-        self.optimizer.load_state_dict(self.model.join([opt_states[i] for i in keep]))
-        self.grad_filter.load_state_dict(self.model.join([filter_states[i] for i in keep]))
+        self.update = self.update.keep([m.spec for m in self.live], [states[i] for i in keep])
         self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct = (
             t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct)
         )

@@ -93,13 +93,13 @@ def train_step(stack: Stack, step: int, forward) -> None:
     logits = forward(x)  # [K, batch, classes]
     stack.count_running(logits, y)
     loss = stack.loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
-    stack.optimizer.zero_grad(set_to_none=True)
+    stack.update.zero_grad()
     loss.backward()
     stack.observe_embedding_grad()  # samplers that adapt to training
-    stack.grad_filter.apply()
+    stack.update.filter()
     if stack.cfg.grad_clip is not None:
         clip_grad_norms(stack.model, stack.cfg.grad_clip)
-    stack.optimizer.step()
+    stack.update.step()
 
 
 def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:

@@ -50,6 +50,9 @@ OPS = {
     "mul": lambda a, b, p: (a * b) % p,
     "div": lambda a, b, p: (a * _inverse(b, p)) % p,
     "sqsum": lambda a, b, p: (a * a + b * b) % p,
+    # Power et al.'s harder binary operations (arXiv 2201.02177, their Fig. 1's list)
+    "x2xyy2": lambda a, b, p: (a * a + a * b + b * b) % p,
+    "x3xy2y": lambda a, b, p: (a * a * a + a * b * b + b) % p,
 }
 
 
@@ -154,7 +157,7 @@ def modular(
     seed: int,
     *,
     p: int = 97,
-    op: Literal["add", "sub", "mul", "div", "sqsum"] = "add",
+    op: Literal["add", "sub", "mul", "div", "sqsum", "x2xyy2", "x3xy2y"] = "add",
     split: Literal["random", "uniform", "skewed", "skewed_holdout", "skewed_train", "rec", "str"] = "random",
     test_frac: float = 0.2,
     train_frac: float = 0.3,

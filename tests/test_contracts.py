@@ -323,6 +323,8 @@ TINY_TASK = {  # task -> (settings, a model that reads it)
     "modular": ({"p": 11, "train_frac": 0.5, "test_frac": 0.3}, "mlp"),
     "polygons": ({"resolution": 16, "train_frac": 0.004, "n_val": 24}, "mlp"),
     "zipf_text": ({"n_examples": 600, "vocab": 60}, "mlp"),
+    "permutation": ({"train_frac": 0.5}, "mlp"),
+    "sparse_parity": ({"n_bits": 12, "k": 2, "n_examples": 200}, "mlp"),
 }
 TINY_MODEL = {
     "mlp": {"d": 8, "hidden": 16},

@@ -103,26 +103,72 @@ def test_a_preempted_ensemble_resumes_to_the_same_numbers_and_its_members_can_re
         assert result["final_val_loss"] == whole[i]["final_val_loss"]
 
 
-def test_what_cannot_be_exact_runs_one_after_the_other_and_says_why(tmp_path, capsys):
-    specs = _specs({"opt": "adamlr_adaptive"}, {**SMALL, "d": 16, "hidden": 32, "every": 5}, seeds=(0, 1))
+@pytest.mark.parametrize(
+    "choices, settings",
+    [
+        ({"opt": "adamlr_adaptive"}, {"every": 5}),  # sigma_max of each member's whole E and W
+        ({"filter": "orthograd"}, {}),  # norms over each member's whole tensors
+        ({"opt": "muon"}, {}),  # Newton-Schulz on each member's whole hidden matrix
+    ],
+)
+def test_an_optimizer_or_filter_of_whole_tensors_stacks_one_per_member_and_each_is_its_separate_run(
+    tmp_path, capsys, choices, settings
+):
+    specs = _specs(choices, {**SMALL, "d": 16, "hidden": 32, **settings}, seeds=(0, 1))
     together = train(specs, [tmp_path / "a", tmp_path / "b"], CPU)
-    assert "2 runs train one after the other: optimizer 'adamlr_adaptive' is not elementwise" in capsys.readouterr().err
-    assert [r["ensemble_size"] for r in together] == [1, 1]
-    (alone,) = train([specs[1]], [tmp_path / "c"], CPU)
-    assert _metrics(tmp_path / "b") == _metrics(tmp_path / "c")
+    assert "one after the other" not in capsys.readouterr().err
+    assert [r["ensemble_size"] for r in together] == [2, 2]
+    for i, seed_dir in enumerate(("a", "b")):
+        (alone,) = train([specs[i]], [tmp_path / f"alone{i}"], CPU)
+        assert _metrics(tmp_path / seed_dir) == _metrics(tmp_path / f"alone{i}") and alone["ensemble_size"] == 1
+
+
+PER_MEMBER = {  # a setting that differs from member to member of one stack
+    "learning rate": ({}, "lr", [1e-2, 3e-3, 3e-2]),
+    "weight decay": ({}, "weight_decay", [1e-3, 0.0, 1e-1]),
+    "Adam-LR's c": ({"opt": "adamlr"}, "c", [10.0, 1.0, 30.0]),
+    "AdamW's lr": ({"opt": "adamw"}, "lr", [1e-3, 3e-3, 1e-2]),
+    "Grokfast's strength": ({"filter": "grokfast_ema"}, "lamb", [2.0, 0.5, 5.0]),
+    "Grokfast's alpha": ({"filter": "grokfast_ema"}, "alpha", [0.98, 0.9, 0.5]),
+}
+
+
+@pytest.mark.parametrize("kind", PER_MEMBER)
+def test_members_with_different_hyperparameters_stack_and_each_equals_its_separate_run(tmp_path, capsys, kind):
+    choices, key, values = PER_MEMBER[kind]
+    specs = [resolve(choices, {**SMALL, "d": 16, "hidden": 32, key: value}, seed) for seed, value in enumerate(values)]
+    together = train(specs, [tmp_path / "stack" / str(i) for i in range(3)], CPU)
+    assert "one after the other" not in capsys.readouterr().err and together[0]["ensemble_size"] == 3
+    for i, spec in enumerate(specs):
+        (alone,) = train([spec], [tmp_path / "alone" / str(i)], CPU)
+        assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
+        assert _same_result(together[i], alone)
+    assert len({_metrics(tmp_path / "stack" / str(i)) for i in range(3)}) == 3
+
+
+def test_a_preempted_stack_of_different_hyperparameters_resumes_to_the_same_numbers(tmp_path):
+    specs = [resolve({"opt": "adamlr"}, {**SMALL, "d": 16, "hidden": 32, "c": c, "patience": None}, 0) for c in (1, 10)]
+    whole = train(specs, [tmp_path / "whole" / str(i) for i in range(2)], CPU)
+    cut = [tmp_path / "cut" / str(i) for i in range(2)]
+    with pytest.raises(Preempted):
+        train(specs, cut, CPU, [PreemptAt(30), None])
+    resumed = train(specs, cut, CPU)
+    for i in range(2):
+        assert _metrics(cut[i]) == _metrics(tmp_path / "whole" / str(i))
+        assert resumed[i]["final_val_loss"] == whole[i]["final_val_loss"]
 
 
 def test_blocker_names_each_reason():
     mlp = _specs({}, SMALL, seeds=(0, 1))
     assert blocker(mlp, [nn.Linear(2, 2)]) is None
-    assert (
-        blocker([mlp[0], resolve({}, {**SMALL, "lr": 0.5}, 1)], [nn.Linear(2, 2)])
-        == "the specs differ in more than the seed and the task's settings"
+    other_model = resolve({}, {**SMALL, "hidden": 64}, 1)
+    assert blocker([mlp[0], other_model], [nn.Linear(2, 2)]) == (
+        "the specs differ in more than the seed and the task's, optimizer's and filter's settings"
     )
-    assert (
-        blocker([mlp[0], resolve({}, {**SMALL, "p": 13}, 1)], [nn.Linear(2, 2)]) is None
-    )  # a task setting: shapes decide
-    assert "orthograd" in blocker(_specs({"filter": "orthograd"}, SMALL, (0, 1)), [nn.Linear(2, 2)])
+    for own in ({"p": 13}, {"lr": 0.5}, {"weight_decay": 0.0}):  # each member's own settings: the shapes decide
+        assert blocker([mlp[0], resolve({}, {**SMALL, **own}, 1)], [nn.Linear(2, 2)]) is None
+    assert "optimizer" in blocker([mlp[0], resolve({"opt": "sgd"}, SMALL, 1)], [nn.Linear(2, 2)])  # another optimizer
+    assert "optimizer" in blocker([mlp[0], resolve({"filter": "orthograd"}, SMALL, 1)], [nn.Linear(2, 2)])
     assert "BatchNorm" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))])
     assert "dropout" in blocker(mlp, [nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1))])
     assert "Hessian" in blocker(_specs({}, {**SMALL, "hessian_every": 2}, (0, 1)), [nn.Linear(2, 2)])
@@ -154,8 +200,8 @@ def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layou
         b.model.stacked(name).register_hook(lambda g, name=name: grads.__setitem__(name, g.stride()))
     b.model(b.x_train).square().sum().backward()
     assert all(grads[n] == b.model.stacked(n).stride() for n in b.model._names)
-    b.optimizer.step()
-    exp_avg = b.optimizer.state[W]["exp_avg"]
+    b.update.step()
+    exp_avg = b.update.optimizer.state[W]["exp_avg"]
     assert exp_avg.stride() == W.stride()
     assert stack_states(split_state(exp_avg, 3)).stride() == W.stride()
     b.model.keep([0, 2])
@@ -301,19 +347,23 @@ def test_cells_whose_task_changes_a_shape_stack_in_parts_of_equal_shapes(tmp_pat
     assert _metrics(tmp_path / "div") == _metrics(tmp_path / "div-alone")
 
 
-def test_a_grid_groups_cells_that_differ_in_their_task_into_one_stack(tmp_path):
+def test_a_grid_groups_cells_that_differ_in_their_task_or_optimizer_settings_into_one_stack(tmp_path):
     from suite.backends import seed_groups
     from suite.grid import load
 
     grid = tmp_path / "g.toml"
-    grid.write_text('name = "g"\n[fixed]\np = 11\n[axes]\nop = ["add", "mul"]\nlr = [0.001, 0.01]\nseed = [0, 1]\n')
+    grid.write_text(
+        'name = "g"\n[fixed]\np = 11\n[axes]\nop = ["add", "mul"]\nlr = [0.001, 0.01]\n'
+        "hidden = [32, 64]\nseed = [0, 1]\n"
+    )
     cells = load(grid).cells
     groups = seed_groups(cells, ensemble=8)
-    assert sorted(len(g) for g in groups) == [4, 4]  # per lr: both operations x both seeds
+    assert sorted(len(g) for g in groups) == [8, 8]  # per width: both operations x both lrs x both seeds
     for group in groups:
-        assert len({cells[i].spec["opt"]["lr"] for i in group}) == 1
+        assert len({cells[i].spec["model"]["hidden"] for i in group}) == 1
+        assert len({cells[i].spec["opt"]["lr"] for i in group}) == 2
         assert len({cells[i].spec["task"]["op"] for i in group}) == 2
-    assert sorted(len(g) for g in seed_groups(cells, ensemble=3)) == [1, 1, 3, 3]
+    assert sorted(len(g) for g in seed_groups(cells, ensemble=3)) == [2, 2, 3, 3, 3, 3]
 
 
 def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation(tmp_path):

@@ -137,4 +137,4 @@ def test_bad_task_settings(kwargs, message):
 
 
 def test_ops_table_is_the_documented_set():
-    assert set(OPS) == {"add", "sub", "mul", "div", "sqsum"}
+    assert set(OPS) == {"add", "sub", "mul", "div", "sqsum", "x2xyy2", "x3xy2y"}

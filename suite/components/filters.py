@@ -126,8 +126,10 @@ class OrthoGrad(GradFilter):
         for p in self.params:
             if p.grad is None:
                 continue
+            # sums, not torch.dot: BLAS's dot rounds by the address's alignment, and a member of a
+            # stack is a slice at an offset
             w, g = p.detach().flatten(), p.grad.flatten()
-            g_perp = g - (torch.dot(w, g) / (torch.dot(w, w) + 1e-30)) * w
+            g_perp = g - ((w * g).sum() / ((w * w).sum() + 1e-30)) * w
             p.grad.copy_((g_perp * (g.norm() / (g_perp.norm() + 1e-30))).view_as(p.grad))
 
 

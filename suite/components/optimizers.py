@@ -15,7 +15,9 @@ so a stacked member would no longer equal its separate run bit for bit (the test
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -28,12 +30,14 @@ class ParamGroups:
     embedding: list[torch.nn.Parameter]
     coupled: torch.nn.Parameter | None
     rest: list[torch.nn.Parameter]
+    hidden: list[torch.nn.Parameter] | None = None  # the model's hidden_weights (Muon's matrices), if it names them
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> ParamGroups:
         E = getattr(model, "embedding_weight", None)
         rest = [p for p in model.parameters() if p is not E]
-        return cls([E] if E is not None else [], getattr(model, "coupled_weight", None), rest)
+        hidden = getattr(model, "hidden_weights", None)
+        return cls([E] if E is not None else [], getattr(model, "coupled_weight", None), rest, hidden)
 
     @property
     def all(self) -> list[torch.nn.Parameter]:
@@ -226,3 +230,107 @@ def adamlr_adaptive(
     if not 0 <= c_min <= c_max:
         raise SuiteError(f"need 0 <= c_min <= c_max, got c_min={c_min}, c_max={c_max}")
     return AdaptiveAdamLR(groups, lr, every, c_min, c_max, weight_decay=weight_decay, betas=betas, eps=eps)
+
+
+NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # torch.optim.Muon's and Keller Jordan's quintic iteration
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon, as torch.optim.Muon computes it (Nesterov momentum, five Newton-Schulz iterations,
+    lr x sqrt(max(1, rows / cols)), decoupled weight decay), with one difference: the iterations
+    run in `ns_dtype`. torch's run in bfloat16, which this project's AVX2 CPU emulates: one
+    orthogonalization of a 512 x 512 matrix took 9.4 s there against 0.26 s for 15 float32
+    products. float32 (the default) is also what a GPU run then computes, so the two agree."""
+
+    def __init__(self, params, lr: float, weight_decay: float, momentum: float, ns_dtype: torch.dtype):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "ns_dtype": ns_dtype})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - momentum)
+                update = orthogonalize(p.grad.lerp(buf, momentum), group["ns_dtype"])
+                p.mul_(1 - lr * decay)
+                p.add_(update, alpha=-lr * math.sqrt(max(1, p.shape[0] / p.shape[1])))
+
+
+def orthogonalize(g: torch.Tensor, dtype: torch.dtype, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+    """U S' V^T with S' ~ 1 (Newton-Schulz, NS_COEFFICIENTS) of a 2-D g, in dtype, returned in g's."""
+    a, b, c = NS_COEFFICIENTS
+    x = g.to(dtype)
+    if g.size(0) > g.size(1):
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return (x.T if g.size(0) > g.size(1) else x).to(g.dtype)
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon on the model's hidden matrices and AdamW on everything else (the embeddings, biases and
+    the output head), stepped together: what Muon's own code and the Muon grokking paper (arXiv
+    2504.16041) do, since Muon orthogonalizes 2-D matrices and is not meant for embeddings or
+    heads. The two keep their own state; this object holds both behind one optimizer's methods."""
+
+    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):  # noqa: D107 - no Optimizer state
+        self.parts = (muon, adamw)
+        self.defaults = {}
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for part in self.parts for group in part.param_groups]
+
+    @property
+    def state(self):
+        return {p: s for part in self.parts for p, s in part.state.items()}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            part.zero_grad(set_to_none=set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for part in self.parts:
+            part.step()
+
+    def state_dict(self) -> dict:
+        return {"muon": self.parts[0].state_dict(), "adamw": self.parts[1].state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.parts[0].load_state_dict(state_dict["muon"])
+        self.parts[1].load_state_dict(state_dict["adamw"])
+
+
+@register_optimizer("muon")
+def muon(
+    groups: ParamGroups,
+    *,
+    muon_lr: float = 2e-2,
+    momentum: float = 0.95,
+    lr: float = 1e-3,
+    weight_decay: float = 0.1,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-8,
+    ns_dtype: Literal["float32", "bfloat16"] = "float32",
+):
+    """Muon (Nesterov; Newton-Schulz in ns_dtype) on the hidden matrices at muon_lr, AdamW on the rest
+    at lr; decoupled weight decay on both."""
+    if not groups.hidden:
+        raise SuiteError("optimizer 'muon' needs a model that names its hidden matrices (hidden_weights)")
+    _check(lr=lr, muon_lr=muon_lr, weight_decay=weight_decay, betas=betas, eps=eps)
+    if not 0 <= momentum < 1:
+        raise SuiteError(f"momentum must lie in [0, 1), got {momentum}")
+    hidden = {id(p) for p in groups.hidden}
+    rest = [p for p in groups.all if id(p) not in hidden]
+    return MuonAdamW(
+        Muon(
+            groups.hidden, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, ns_dtype=getattr(torch, ns_dtype)
+        ),
+        torch.optim.AdamW(rest, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps),
+    )
