@@ -42,7 +42,7 @@ from suite.registry import _closest
 from suite.spec import DEFAULTS, default_run_dir, resolve, spec_id
 
 KINDS = tuple(DEFAULTS)  # task, model, opt, sampler, filter
-TOP_KEYS = ("name", "description", "fixed", "axes", "overrides", "experiment", "slurm")
+TOP_KEYS = ("name", "description", "fixed", "axes", "overrides", "experiment", "slurm", "tuning")
 BLOCK_KEYS = ("name", "description", "fixed", "axes", "overrides")
 SLURM_KEYS = (
     "partition",
@@ -80,6 +80,7 @@ class Grid:
     path: Path
     cells: list[Cell]
     slurm: dict[str, Any] = field(default_factory=dict)
+    tuning: dict | None = None  # a [tuning] table: its cells are tuned and rerun (suite/tuning.py, `suite tune`)
 
     def only(self, experiments: list[str]) -> Grid:
         """The same grid with only the cells of these experiments (all of them when none are named)."""
@@ -91,7 +92,8 @@ class Grid:
                 )
         if not experiments:
             return self
-        return Grid(self.name, self.path, [c for c in self.cells if c.experiment in experiments], self.slurm)
+        cells = [c for c in self.cells if c.experiment in experiments]
+        return Grid(self.name, self.path, cells, self.slurm, self.tuning)
 
 
 SHIPPED = Path(__file__).parent / "grids"  # suite/grids/*.toml, also inside an installed wheel
@@ -127,6 +129,16 @@ def load(path: str | Path) -> Grid:
     slurm = _table(raw, "slurm", where)
     _check_keys(slurm, SLURM_KEYS, f"{where} [slurm]")
 
+    cells = _cells(raw, name, where)
+    tuning = raw.get("tuning")
+    if tuning is not None and not isinstance(tuning, dict):
+        raise SuiteError(f"{where}: 'tuning' must be a table")
+    return Grid(name, path, cells, slurm, tuning)
+
+
+def _cells(raw: dict, name: str, where: str) -> list[Cell]:
+    """Every cell of the file: each [[experiment]] block (or the file alone) expanded on top of the
+    file's fixed, axes and overrides; a spec appears once."""
     experiments = raw.get("experiment", [{}])
     if not isinstance(experiments, list) or not all(isinstance(e, dict) for e in experiments):
         raise SuiteError(f"{where}: experiment must be an array of tables ([[experiment]])")
@@ -155,7 +167,7 @@ def load(path: str | Path) -> Grid:
     _check_used(top["overrides"], used, top["fixed"], top["axes"], where)
     if not cells:
         raise SuiteError(f"{where}: the grid has no cells (an axis with an empty list?)")
-    return Grid(name, path, cells, slurm)
+    return cells
 
 
 def check_builds(cells: list[Cell]) -> None:

@@ -16,6 +16,12 @@ def add(sub) -> None:
         description="Run every cell of a grid file that is not done or running.",
     )
     p.add_argument("grid_file", help="a TOML grid file, e.g. suite/grids/paper.toml")
+    flags.experiment(p)
+    add_backend_flags(p)
+
+
+def add_backend_flags(p) -> None:
+    """How cells run: grid's flags, which `tune` shares."""
     p.add_argument("--backend", choices=("local", "slurm"), default="local")
     p.add_argument("--workers", type=int, default=1, help="local: processes at once, one seed group each (default 1)")
     p.add_argument(
@@ -32,7 +38,6 @@ def add(sub) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script"
     )
-    flags.experiment(p)
     flags.torch_compile(p)
     flags.wandb(p)
     sl = p.add_argument_group("slurm (defaults from the grid file's [slurm] table)")
@@ -58,29 +63,42 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite import backends, grid
+    from suite import grid
 
+    g = grid.load(args.grid_file).only(args.experiment)
+    if g.tuning is not None:
+        raise SuiteError(f"{g.path} has a [tuning] table: run it with `python -m suite tune {args.grid_file}`")
+    check_flags(args)
+    grid.check_builds(g.cells)
+    return run_grid(args, g, args.root)
+
+
+def check_flags(args) -> None:
     for flag, value in (("--ensemble", args.ensemble), ("--workers", args.workers)):  # Slurm's: SlurmOptions
         if value < 1:
             raise SuiteError(f"{flag} must be at least 1, got {value}")
-    g = grid.load(args.grid_file).only(args.experiment)
-    grid.check_builds(g.cells)
+
+
+def run_grid(args, g, root) -> int:
+    """The cells of g that are not done or running, under root: listed (--dry-run), run here, or submitted."""
+    from suite import backends
+
     if args.backend == "slurm":
-        return _slurm(args, g)
+        return _slurm(args, g, root)
     if not args.dry_run:
-        backends.check_local(args.root, args.device)  # before the summary line: an error is the only line
-    summary, todo = _plan(g, args.root)
+        backends.check_local(root, args.device)  # before the summary line: an error is the only line
+    summary, todo = _plan(g, root)
     print(summary, file=sys.stderr)
     if not todo:
         return 0
     if args.dry_run:
         for cell in todo:
-            print(f"{cell.run_dir(args.root)}  [{cell.label}]")
+            print(f"{cell.run_dir(root)}  [{cell.label}]")
         return 0
     return backends.run_local(
         g,
         todo,
-        args.root,
+        root,
         workers=args.workers,
         device=args.device,
         wandb=args.wandb,
@@ -101,7 +119,7 @@ def _plan(g, root) -> tuple[str, list]:
     ), todo
 
 
-def _slurm(args, g) -> int:
+def _slurm(args, g, root) -> int:
     from suite import backends
     from suite.slurm import TEMPLATE, SlurmOptions, find_sbatch, submit
 
@@ -120,7 +138,7 @@ def _slurm(args, g) -> int:
         sbatch=args.sbatch,
     )
     sbatch = None if args.dry_run else find_sbatch()
-    summary, todo = _plan(g, args.root)
+    summary, todo = _plan(g, root)
     if args.dry_run or not todo:
         print(summary, file=sys.stderr)
     if not todo:
@@ -128,7 +146,7 @@ def _slurm(args, g) -> int:
     out = submit(
         g,
         todo,
-        args.root,
+        root,
         options,
         sbatch=sbatch,
         device=args.device,

@@ -1,0 +1,53 @@
+"""`python -m suite tune FILE`: every method of a grid's [tuning] table tuned on the same budget,
+then each one's best point rerun on fresh seeds (suite/tuning.py has the protocol)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from suite.commands import flags
+from suite.commands import grid as grid_command
+from suite.errors import SuiteError
+
+
+def add(sub) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="tune every method of a grid's [tuning] table on the same trial budget, then rerun each one's "
+        "best point on fresh seeds",
+        description="Phase 1 runs every method's points on the tuning seeds under ROOT/tuning; phase 2 runs "
+        "each method's best point on the final seeds under ROOT/final, with tuning.json beside them. Both "
+        "skip what is done: run it again to resume, or after a Slurm submission of phase 1 to submit phase 2.",
+    )
+    p.add_argument("grid_file", help="a TOML grid file with a [tuning] table, e.g. suite/grids/tuned.toml")
+    flags.experiment(p)
+    grid_command.add_backend_flags(p)
+
+
+def run(args) -> int:
+    from suite import grid
+    from suite.tuning import choose, final_cells, parse, tuning_cells, write_record
+
+    g = grid.load(args.grid_file).only(args.experiment)
+    if g.tuning is None:
+        raise SuiteError(f"{g.path} has no [tuning] table: run it with `python -m suite grid {args.grid_file}`")
+    tuning = parse(g.tuning, str(g.path))
+    if len({c.spec["seed"] for c in g.cells}) > 1:
+        raise SuiteError(f"{g.path}: a tuned grid takes its seeds from [tuning], not from a seed axis")
+    grid_command.check_flags(args)
+    root = Path(args.root)
+    first = grid.Grid(f"{g.name}-tuning", g.path, tuning_cells(g, tuning), g.slurm)
+    grid.check_builds(first.cells)
+    code = grid_command.run_grid(args, first, root / "tuning")
+    if code:
+        return code
+    chosen = choose(g, tuning, root / "tuning")
+    if chosen is None:
+        print("the final runs are chosen once every tuning run is done: run this command again then", file=sys.stderr)
+        return 0
+    final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen), g.slurm)
+    if not args.dry_run:
+        (root / "final").mkdir(parents=True, exist_ok=True)
+        write_record(root / "final" / "tuning.json", g, tuning, chosen)
+    return grid_command.run_grid(args, final, root / "final")

@@ -1,0 +1,106 @@
+"""The tuning protocol (suite/tuning.py, `suite tune`): the same budget for every method, the best
+point by held time to target on the tuning seeds, rerun on final seeds tuning never saw."""
+
+import json
+import textwrap
+
+import pytest
+from conftest import TINY_FIXED
+
+from suite import SuiteError
+from suite.cli import main
+from suite.grid import load
+from suite.leaderboard import generate
+from suite.tuning import Method, parse
+
+TUNED = TINY_FIXED + textwrap.dedent("""
+    [tuning]
+    trials = 2
+    tuning_seeds = [100, 101]
+    final_seeds = [0, 1, 2, 3, 4]
+    [tuning.methods.adam]
+    opt = "adam"
+    space = { lr = [0.01, 0.001] }
+    [tuning.methods.sgd]
+    opt = "sgd"
+    space = { lr = { log = [0.01, 0.5] }, momentum = [0.9] }
+""")
+
+
+def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, capsys):
+    (tmp_path / "g.toml").write_text(TUNED)
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
+    tuning = [json.loads(p.read_text())["spec"] for p in (root / "tuning").rglob("result.json")]
+    final = [json.loads(p.read_text())["spec"] for p in (root / "final").rglob("result.json")]
+    assert len(tuning) == 2 * 2 * 2 and {s["seed"] for s in tuning} == {100, 101}  # methods x points x seeds
+    assert len(final) == 2 * 5 and {s["seed"] for s in final} == {0, 1, 2, 3, 4}  # never a tuning seed
+    record = json.loads((root / "final" / "tuning.json").read_text())
+    for chosen in record["chosen"]:
+        opt = {"adam": "adam", "sgd": "sgd"}[chosen["method"]]
+        finals = [s for s in final if s["opt"]["name"] == opt]
+        assert len(finals) == 5 and all(s["opt"]["lr"] == chosen["settings"]["lr"] for s in finals)
+        best = min(chosen["tried"], key=lambda t: (t["median_time"], -t["median_best_val"], t["point"]))
+        assert best["point"] == chosen["chosen"] and len(chosen["tried"]) == 2
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0  # again: nothing left to run
+    assert "0 to run" in capsys.readouterr().err
+    written = generate(root / "final", tmp_path / "board")
+    assert "tuning.md" in written and "[tuning](tuning.md)" in (tmp_path / "board" / "index.md").read_text()
+
+
+def test_points_are_the_same_on_every_call_and_differ_between_methods():
+    space = {"lr": ("log", 1e-4, 1e-2), "c": [1, 3, 10]}
+    a, b = Method("a", {}, space).points(5), Method("b", {}, space).points(5)
+    assert a == Method("a", {}, space).points(5) and a != b
+    assert all(1e-4 <= p["lr"] <= 1e-2 and p["c"] in (1, 3, 10) for p in a + b)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"final_seeds": [0, 1, 2, 3, 100]}, "both tuning and final seeds"),
+    ({"final_seeds": [0, 1, 2]}, "5 seeds or more"),
+    ({"trials": 0}, "trials must be an integer in [1, 1000]"),
+    ({"methods": {}}, "methods must be a table"),
+    ({"methods": {"adam": {"space": {"lr": {"log": [0, 1]}}}}}, "a space is a non-empty list"),
+    ({"budget": 3}, "unknown key 'budget'"),
+])  # fmt: skip
+def test_a_tuning_table_that_would_let_tuning_into_the_final_rows_is_refused(change, message):
+    raw = {"trials": 2, "tuning_seeds": [100], "final_seeds": [0, 1, 2, 3, 4], "methods": {"adam": {"opt": "adam"}},
+           **change}  # fmt: skip
+    with pytest.raises(SuiteError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse(raw, "g.toml")
+
+
+def test_grid_refuses_a_tuned_grid_and_tune_a_plain_one(tmp_path, capsys):
+    (tmp_path / "tuned.toml").write_text(TUNED)
+    (tmp_path / "plain.toml").write_text(TINY_FIXED)
+    assert main(["grid", str(tmp_path / "tuned.toml"), "--dry-run"]) == 2
+    assert main(["tune", str(tmp_path / "plain.toml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "run it with `python -m suite tune" in err[0] and "has no [tuning] table" in err[1]
+    assert load(tmp_path / "tuned.toml").tuning["trials"] == 2
+
+
+def test_experiments_tuned_one_at_a_time_into_one_root_share_one_record(tmp_path):
+    grid = TINY_FIXED + textwrap.dedent("""
+        [[experiment]]
+        name = "sum"
+        fixed = { op = "add" }
+        [[experiment]]
+        name = "product"
+        fixed = { op = "mul" }
+        [tuning]
+        trials = 1
+        tuning_seeds = [100]
+        final_seeds = [0, 1, 2, 3, 4]
+        [tuning.methods.adam]
+        opt = "adam"
+        space = { lr = [0.01] }
+    """)
+    (tmp_path / "g.toml").write_text(grid)
+    root = tmp_path / "runs"
+    for name in ("sum", "product"):
+        assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--experiment", name]) == 0
+    record = json.loads((root / "final" / "tuning.json").read_text())
+    assert sorted(c["cell"] for c in record["chosen"]) == ["product", "sum"]
+    final = [json.loads(p.read_text())["spec"]["task"]["op"] for p in (root / "final").rglob("result.json")]
+    assert sorted(final) == ["add"] * 5 + ["mul"] * 5
