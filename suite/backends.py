@@ -108,8 +108,8 @@ def new_submission_dir(root: str | Path, grid_name: str) -> Path:
 
 def seed_groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
     """Indices of the cells that differ only in their seed and their task's, optimizer's and
-    filter's settings (suite.spec.shared), in grid order, at most `ensemble` per group: each group trains as one stack (or in
-    parts of equal shapes, when the settings change a tensor's size)."""
+    filter's settings (suite.spec.shared), in grid order, at most `ensemble` per group: each group
+    trains as one stack (or in parts of equal shapes, when the settings change a tensor's size)."""
     by_rest: dict[str, list[int]] = {}
     for i, cell in enumerate(cells):
         rest = json.dumps(shared(cell.spec), sort_keys=True)

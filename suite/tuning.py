@@ -52,6 +52,7 @@ class Method:
     name: str
     fixed: dict  # component names and settings every point of the method has
     space: dict  # setting -> list, ("log", lo, hi) or ("range", lo, hi)
+    baseline: str | None = None  # the method its verdict is against (leaderboard's tuning.md)
 
     def points(self, n: int) -> list[dict]:
         """n points of the space, the same on every machine and call (seeded by the method's name). A
@@ -109,12 +110,13 @@ def parse(raw: dict, where: str) -> Tuning:
         if not isinstance(body, dict):
             raise SuiteError(f"{where}: method '{name}' must be a table")
         body = dict(body)
-        space = body.pop("space", {})
+        space, baseline = body.pop("space", {}), body.pop("baseline", None)
         if not isinstance(space, dict):
             raise SuiteError(f"{where}: the space of method '{name}' must be a table")
-        out.methods.append(
-            Method(name, body, {key: _space(value, f"{where} {name}.space.{key}") for key, value in space.items()})
-        )
+        if baseline is not None and (baseline not in methods or baseline == name):
+            raise SuiteError(f"{where}: method '{name}': baseline must name another method, got {baseline!r}")
+        space = {key: _space(value, f"{where} {name}.space.{key}") for key, value in space.items()}
+        out.methods.append(Method(name, body, space, baseline))
     return out
 
 
@@ -207,17 +209,18 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
 
 
 def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict]) -> list[Cell]:
+    """Each chosen point on the final seeds; records the run ids in its entry ("final_runs"), by
+    which the leaderboard finds a method's final runs."""
     by = {(c["cell"], c["method"]): c for c in chosen}
-    return [
-        Cell(
-            spec_for(cell.spec, method, by[_name(cell), method.name]["settings"], seed, str(grid.path)),
-            _label(cell, method, by[_name(cell), method.name]["chosen"], seed),
-            method.name,
-        )
-        for cell in grid.cells
-        for method in tuning.methods
-        for seed in tuning.final_seeds
-    ]
+    cells = []
+    for cell in grid.cells:
+        for method in tuning.methods:
+            entry = by[_name(cell), method.name]
+            where = str(grid.path)
+            specs = [spec_for(cell.spec, method, entry["settings"], seed, where) for seed in tuning.final_seeds]
+            entry["final_runs"] = [spec_id(spec) for spec in specs]
+            cells += [Cell(spec, _label(cell, method, entry["chosen"], spec["seed"]), method.name) for spec in specs]
+    return cells
 
 
 def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> None:
@@ -233,6 +236,7 @@ def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> 
             m.name: {
                 "fixed": m.fixed,
                 "space": {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in m.space.items()},
+                "baseline": m.baseline,
             }
             for m in tuning.methods
         },

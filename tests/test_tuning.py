@@ -23,6 +23,7 @@ TUNED = TINY_FIXED + textwrap.dedent("""
     space = { lr = [0.01, 0.001] }
     [tuning.methods.sgd]
     opt = "sgd"
+    baseline = "adam"
     space = { lr = { log = [0.01, 0.5] }, momentum = [0.9] }
 """)
 
@@ -46,6 +47,9 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     assert "0 to run" in capsys.readouterr().err
     written = generate(root / "final", tmp_path / "board")
     assert "tuning.md" in written and "[tuning](tuning.md)" in (tmp_path / "board" / "index.md").read_text()
+    verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
+    sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)
+    assert "| adam |" in sgd and sgd.rstrip(" |").endswith(("faster", "slower", "not resolved (n = 5)"))
 
 
 def test_points_are_the_same_on_every_call_and_differ_between_methods():

@@ -64,6 +64,15 @@ def speedup_interval(baseline: list[float], row: list[float], paired: bool) -> t
     return float(lo), float(hi)
 
 
+def median_interval(times: list[float]) -> tuple[float, float]:
+    """The bootstrap interval of the median time over the seeds (as speedup_interval's)."""
+    t = np.asarray(times, dtype=float)
+    medians = np.median(t[np.random.default_rng(0).integers(0, len(t), (RESAMPLES, len(t)))], axis=1)
+    tail = (1 - LEVEL) / 2
+    lo, hi = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
 def permutation_p(baseline: list[float], row: list[float], paired: bool) -> float:
     """Exact two-sided p-value of 'the row and its baseline take the same time' (see the module)."""
     b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 
+from suite.leaderboard.compare import median_interval, permutation_p, ratio, speedup_interval, verdict
 from suite.leaderboard.sections import Board, section
+from suite.leaderboard.stats import cell_tables
 from suite.leaderboard.tables import fmt_value, md_table, steps_text
 from suite.results import TRAIN
 from suite.tuning import record_of
@@ -47,8 +49,69 @@ def tuning(board: Board) -> list[str]:
             right={2, 4},
         ),
     ]
+    lines += _verdicts(board, record)
     board.files.add("tuning.md", "\n".join(lines))
     return [f"How every method was tuned, and what was chosen: [tuning](tuning.md) ({record['trials']} points each).\n"]
+
+
+def _verdicts(board: Board, record: dict) -> list[str]:
+    """Per cell, each method's final runs: median held time with its interval, and the speed-up over
+    the baseline its [tuning] table names, with interval, p-value and verdict (compare.py)."""
+    rows = _final_rows(board, record)
+    out = []
+    for (cell, method), row in rows.items():
+        base_name = record["methods"][method].get("baseline")
+        base = rows.get((cell, base_name))
+        low, high = median_interval(row["times"])
+        grokked = f"{row['grokked']}/{row['seeds']}"
+        line = [cell, method, row["method"], grokked, _time(row["time_to_target"], low, high)]
+        if base is None:
+            out.append(line + ["-"] * 4)
+            continue
+        paired = row["seed_list"] == base["seed_list"]
+        b_low, b_high = speedup_interval(base["times"], row["times"], paired)
+        speedup = ratio(base["time_to_target"], row["time_to_target"])
+        out.append(
+            line
+            + [
+                base_name,
+                f"{_x(speedup)} [{_x(b_low)}, {_x(b_high)}]",
+                f"{permutation_p(base['times'], row['times'], paired):.3g}",
+                verdict(b_low, b_high, min(row["seeds"], base["seeds"])),
+            ]
+        )
+    if not out:
+        return []
+    header = ["cell", "method", "its settings", "grokked", "time to target [95% CI]", "against"]
+    return [
+        "## Verdicts on the final seeds\n",
+        "Time to target: the median held grok step over the final seeds (a seed that did not grok counts as "
+        "infinity), with a bootstrap interval. Speed-up: the baseline's median over the method's, paired by seed; "
+        "`faster` only when its interval lies above 1 with 5 seeds or more.\n",
+        md_table(header + ["speed-up [95% CI]", "p", "verdict"], out, right={3, 4, 6, 7}),
+    ]
+
+
+def _final_rows(board: Board, record: dict) -> dict:
+    """(cell, method) -> the board's row (stats.cell_tables) of that method's final runs."""
+    runs = board.col.runs.set_index("run_id")
+    table = cell_tables(board.col)
+    rows = {}
+    for c in record["chosen"]:
+        found = [r for r in c.get("final_runs", []) if r in runs.index]
+        if found:
+            cell_id, method_id = runs.loc[found[0], ["cell_id", "method_id"]]
+            match = table[(table["cell_id"] == cell_id) & (table["method_id"] == method_id)]
+            rows[c["cell"], c["method"]] = match.iloc[0].to_dict()
+    return rows
+
+
+def _time(median: float, low: float, high: float) -> str:
+    return f"{steps_text(median)} [{steps_text(low)}, {steps_text(high)}]"
+
+
+def _x(value: float) -> str:
+    return "inf" if math.isinf(value) else "-" if math.isnan(value) else f"{value:.2f}x"
 
 
 def _chosen(c: dict) -> dict:
