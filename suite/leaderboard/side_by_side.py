@@ -1,0 +1,172 @@
+"""Two sets of runs side by side (`suite compare`): two result roots (two commits, two machines),
+or two methods within one root. Per cell, each side's time to target (the median held grok step,
+a failed seed counting as infinity) with its bootstrap interval, the speed-up of B over A
+(A's median / B's) with its interval and exact p-value, and a verdict: the rules of
+suite/leaderboard/compare.py, paired by seed when both sides ran the same seeds.
+
+Two roots: a cell's method on one side meets the same method (the same settings) on the other.
+One root with `--a` / `--b` filters: every method the A filter keeps meets every method the B
+filter keeps, in each cell. A side's runs are judged within the smaller of the two budgets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from suite.errors import SuiteError
+from suite.leaderboard.collect import collect, settings_key
+from suite.leaderboard.compare import median_interval, median_time, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.stats import outcome
+from suite.leaderboard.tables import md_table, steps_text
+
+
+@dataclass
+class Side:
+    root: Path
+    where: dict = field(default_factory=dict)  # setting ("opt.name", "task.op") -> value: runs kept
+
+
+def parse_where(items: list[str], flag: str) -> dict:
+    """KEY=VALUE filters; a value is read as a number or a bool when it is one."""
+    where = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise SuiteError(f"{flag} takes KIND.KEY=VALUE (e.g. opt.name=adamlr, task.op=mul), got {item!r}")
+        where[key] = value
+    return where
+
+
+def _matches(settings: dict, where: dict) -> bool:
+    for key, text in where.items():
+        value = settings.get(key)
+        if isinstance(value, bool) or value is None:
+            if str(value).lower() != text.lower():
+                return False
+        elif isinstance(value, int | float):
+            try:
+                if float(text) != float(value):
+                    return False
+            except ValueError:
+                return False
+        elif str(value) != text:
+            return False
+    return True
+
+
+def _groups(side: Side) -> dict:
+    """(cell key, method key) -> {"cell", "method", "labels", "runs"} of the side's kept runs."""
+    col = collect(side.root)
+    known = {k for c in col.cells.values() for k in c} | {k for m in col.methods.values() for k in m}
+    for key in side.where:
+        if key not in known:
+            raise SuiteError(f"{side.root}: no run has a setting '{key}' (known: {', '.join(sorted(known))})")
+    groups = {}
+    for run in col.runs.itertuples():
+        cell, method = col.cells[run.cell_id], col.methods[run.method_id]
+        if not _matches(cell | method, side.where):
+            continue
+        group = groups.setdefault(
+            (settings_key(cell), settings_key(method)),
+            {"cell": cell, "method": method, "labels": (col.cell_label(cell), col.method_label(method)), "runs": []},
+        )
+        group["runs"].append((run.seed, run.budget, col.metrics.get(run.dir), col.result_of[run.dir]))
+    return groups
+
+
+def _times(group: dict, budget: int) -> tuple[list, list]:
+    runs = sorted(group["runs"], key=lambda r: r[0])
+    return [r[0] for r in runs], [outcome(m, result, group["cell"], budget)["time"] for _, _, m, result in runs]
+
+
+def compare(a: Side, b: Side) -> pd.DataFrame:
+    """One row per pair of methods that meet in a cell (see the module)."""
+    groups_a, groups_b = _groups(a), _groups(b)
+    same_root = Path(a.root).resolve() == Path(b.root).resolve()
+    rows = []
+    for (cell_key, method_key), ga in groups_a.items():
+        for (cell_key_b, method_key_b), gb in groups_b.items():
+            if cell_key_b != cell_key or (method_key_b != method_key) == (not same_root):
+                continue
+            rows.append(_row(ga, gb))
+    if not rows:
+        raise SuiteError(
+            "no cell where both sides ran"
+            + (" (one root: give --a and --b filters that keep different methods)" if same_root else "")
+        )
+    return pd.DataFrame(rows)
+
+
+def _row(ga: dict, gb: dict) -> dict:
+    budget = min(r[1] for r in ga["runs"] + gb["runs"])
+    seeds_a, times_a = _times(ga, budget)
+    seeds_b, times_b = _times(gb, budget)
+    paired = seeds_a == seeds_b
+    low, high = speedup_interval(times_a, times_b, paired)
+    a_low, a_high = median_interval(times_a)
+    b_low, b_high = median_interval(times_b)
+    neither = math.isinf(median_time(times_a)) and math.isinf(median_time(times_b))
+    cell_label = ga["labels"][0]
+    return {
+        "task": ga["cell"]["task.name"],
+        "model": ga["cell"]["model.name"],
+        "cell": cell_label,
+        "method_a": ga["labels"][1],
+        "method_b": gb["labels"][1],
+        "budget": budget,
+        "seeds_a": len(times_a),
+        "seeds_b": len(times_b),
+        "paired": paired,
+        "time_a": median_time(times_a),
+        "time_a_low": a_low,
+        "time_a_high": a_high,
+        "time_b": median_time(times_b),
+        "time_b_low": b_low,
+        "time_b_high": b_high,
+        "speedup": math.nan if neither else ratio(median_time(times_a), median_time(times_b)),
+        "speedup_ci_low": low,
+        "speedup_ci_high": high,
+        "p_value": permutation_p(times_a, times_b, paired),
+        "verdict": verdict(low, high, min(len(times_a), len(times_b))),
+    }
+
+
+def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
+    def side(s: Side) -> str:
+        return f"`{s.root}`" + "".join(f" {k}={v}" for k, v in s.where.items())
+
+    def time(r, which):
+        low, high = steps_text(r[f"time_{which}_low"]), steps_text(r[f"time_{which}_high"])
+        return f"{steps_text(r[f'time_{which}'])} [{low}, {high}]"
+
+    def x(v):
+        return "-" if math.isnan(v) else "inf" if math.isinf(v) else f"{v:.2f}x"
+
+    rows = [
+        [
+            f"{r['task']}/{r['model']} {r['cell']}".strip(),
+            r["method_a"],
+            r["method_b"],
+            f"{r['seeds_a']}/{r['seeds_b']}" + (" paired" if r["paired"] else ""),
+            time(r, "a"),
+            time(r, "b"),
+            f"{x(r['speedup'])} [{x(r['speedup_ci_low'])}, {x(r['speedup_ci_high'])}]",
+            f"{r['p_value']:.3g}",
+            r["verdict"],
+        ]
+        for r in table.to_dict("records")
+    ]
+    header = ["cell", "A", "B", "seeds", "A: time to target [95% CI]", "B: time to target [95% CI]"]
+    return "\n".join(
+        [
+            f"# B against A\n\nA: {side(a)}; B: {side(b)}. Time to target: the median held grok step over the seeds "
+            "(a failed seed is inf), with a bootstrap interval. Speed-up: A's median / B's, so above 1 means B is "
+            "faster; the verdict says `faster` (B faster) or `slower` only when the interval lies off 1 with 5 "
+            "seeds or more a side.\n",
+            md_table(header + ["speed-up of B [95% CI]", "p", "verdict"], rows, right={3, 4, 5, 6, 7}),
+        ]
+    )

@@ -1,0 +1,77 @@
+"""`suite compare`: two roots, or two methods of one root, side by side, checked against numbers
+worked out by hand."""
+
+import csv
+import math
+
+import pytest
+from test_leaderboard_embedding import write_run
+
+from suite.cli import main
+
+
+def _roots(tmp_path, grok_a, grok_b, opt="adam"):
+    for root, steps in (("a", grok_a), ("b", grok_b)):
+        for seed, step in enumerate(steps):
+            write_run(tmp_path / root, seed, opt=opt, grok_step=step)
+    return str(tmp_path / "a"), str(tmp_path / "b")
+
+
+def _rows(out) -> list[dict]:
+    with open(out / "compare.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_two_roots_give_the_paired_speedup_its_interval_p_and_verdict(tmp_path, capsys):
+    # every seed twice as fast in B: the speed-up is 2 in every resample, and the exact signed-rank p
+    # of 5 pairs all one way is 2 / 2^5
+    a, b = _roots(tmp_path, [400, 400, 500, 600, 400], [200, 200, 250, 300, 200])
+    assert main(["compare", a, b, "--out", str(tmp_path / "out")]) == 0
+    (row,) = _rows(tmp_path / "out")
+    assert float(row["time_a"]) == 400 and float(row["time_b"]) == 200
+    assert float(row["speedup"]) == 2.0 and float(row["speedup_ci_low"]) == 2.0 == float(row["speedup_ci_high"])
+    assert math.isclose(float(row["p_value"]), 2 / 32) and row["verdict"] == "faster" and row["paired"] == "True"
+    assert "| faster |" in capsys.readouterr().out
+    assert (tmp_path / "out" / "compare.md").read_text().startswith("# B against A")
+
+
+def test_a_failed_seed_counts_as_infinity_and_too_few_seeds_resolve_nothing(tmp_path):
+    a, b = _roots(tmp_path, [400, None, 400], [200, 200, None])
+    assert main(["compare", a, b, "--out", str(tmp_path / "out")]) == 0
+    (row,) = _rows(tmp_path / "out")
+    assert float(row["time_a"]) == 400 and float(row["time_b"]) == 200  # medians of {400, 400, inf}, {200, 200, inf}
+    assert row["verdict"] == "not resolved (n = 3)"
+
+
+def test_one_root_compares_the_methods_its_filters_keep(tmp_path):
+    for seed in range(5):
+        write_run(tmp_path / "r", seed, opt="adam", grok_step=600)
+        write_run(tmp_path / "r", seed, opt="adamw", grok_step=300)
+    args = [
+        "compare",
+        str(tmp_path / "r"),
+        "--a",
+        "opt.name=adam",
+        "--b",
+        "opt.name=adamw",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(args) == 0
+    (row,) = _rows(tmp_path / "o")
+    assert (row["method_a"], row["method_b"], float(row["speedup"])) == ("adam", "adamw", 2.0)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--a", "opt.name"], "--a takes KIND.KEY=VALUE"),
+        (["--a", "opt.nmae=adam", "--b", "opt.name=adam"], "no run has a setting 'opt.nmae'"),
+        ([], "give --a and --b filters"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
+    write_run(tmp_path / "r", 0)
+    assert main(["compare", str(tmp_path / "r"), *extra, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
