@@ -280,10 +280,16 @@ def run_local(
         file=sys.stderr,
     )
     try:
+        shown, last = {}, time.monotonic()
         while (pool.pending or pool.running) and not (pool.stopped and not pool.running):
             pool.start()
             time.sleep(0.1)
             pool.reap()
+            if time.monotonic() - last >= PROGRESS_EVERY_S:
+                last = time.monotonic()
+                logs = [Path(log.name) for _, log in pool.running.values()]
+                for line in progress_lines(logs, shown):
+                    print(line, file=sys.stderr, flush=True)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -291,6 +297,25 @@ def run_local(
     counts = ", ".join(f"{v} {k}" for k, v in pool.counts.items() if v or k == "done")
     print(counts + (f", {left} not started" if left else ""), file=sys.stderr)
     return 3 if pool.stopped else (1 if pool.counts["failed"] else 0)
+
+
+PROGRESS_EVERY_S = 30  # how often a local grid echoes its running processes' latest log lines
+
+
+def progress_lines(logs: list[Path], shown: dict) -> list[str]:
+    """The latest line of each running process's log (its stack's step, members live, milestones)
+    that was not shown before; `shown` remembers, per log, the line last shown."""
+    lines = []
+    for log in logs:
+        try:
+            text = log.read_text(errors="replace").rstrip("\n")
+        except OSError:
+            continue
+        latest = text.rsplit("\n", 1)[-1].strip()
+        if latest and shown.get(log) != latest:
+            shown[log] = latest
+            lines.append(f"  {latest}")
+    return lines
 
 
 class _Workers:
@@ -352,26 +377,3 @@ def _outcome_line(n: int, total: int, outcome: str, cell: Cell, root, log: str) 
     elif outcome == "failed":
         line += f"  (see {log})"
     return line
-
-
-def status_lines(cells: list[Cell], root: str | Path, show_done: bool = False) -> list[str]:
-    """One line per cell (done ones only if asked), then the counts."""
-    from suite.rundir import STATUSES
-
-    lines, counts = [], dict.fromkeys(STATUSES, 0)
-    for cell in cells:
-        rd = RunDir(cell.run_dir(root))
-        status = rd.status()
-        counts[status] += 1
-        if status == "done" and not show_done:
-            continue
-        line = f"{status:<11} {rd.path}  [{cell.label}]"
-        if status == "done":
-            line += f"  {headline(read_json(rd / 'result.json'))}".rstrip()
-        elif status == "failed":
-            failure = rd.read_failure() or {}
-            message = (str(failure.get("message", "")).splitlines() or [""])[0]
-            line += f"  {failure.get('error', '?')}: {message}"
-        lines.append(line)
-    lines.append(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "done"))
-    return lines

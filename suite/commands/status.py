@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from suite.commands import flags
@@ -17,11 +18,42 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite import backends, grid
+    from suite import grid
 
     g = grid.load(args.grid_file).only(args.experiment)
+    if g.tuning is not None:
+        raise SuiteError(
+            f"{g.path} is tuned ([tuning]): its runs are the tuning and final runs, which "
+            f"`python -m suite tune {args.grid_file} --root ROOT --dry-run` counts"
+        )
     if Path(args.root).exists() and not Path(args.root).is_dir():
         raise SuiteError(f"{args.root} is not a folder of runs")
-    for line in backends.status_lines(g.cells, args.root, show_done=args.all):
+    for line in status_lines(g.cells, args.root, show_done=args.all):
         print(line)
     return 0
+
+
+def status_lines(cells: list, root: str | Path, show_done: bool = False) -> list[str]:
+    """One line per cell (done ones only if asked), then the counts."""
+    from suite.results import headline
+    from suite.rundir import STATUSES, RunDir, read_json
+
+    lines, counts = [], dict.fromkeys(STATUSES, 0)
+    for cell in cells:
+        rd = RunDir(cell.run_dir(root))
+        status = rd.status()
+        counts[status] += 1
+        if status == "done" and not show_done:
+            continue
+        line = f"{status:<11} {rd.path}  [{cell.label}]"
+        if status == "done":
+            line += f"  {headline(read_json(rd / 'result.json'))}".rstrip()
+        elif status == "failed":
+            failure = rd.read_failure() or {}
+            message = (str(failure.get("message", "")).splitlines() or [""])[0]
+            line += f"  {failure.get('error', '?')}: {message}"
+        lines.append(line)
+    lines.append(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "done"))
+    if cells and counts["missing"] == len(cells):
+        print(f"none of them has a run dir under {root}: if the grid ran elsewhere, pass that --root", file=sys.stderr)
+    return lines

@@ -1,0 +1,33 @@
+"""What a user sees on the terminal while a grid runs, and when `status` finds nothing."""
+
+from conftest import TINY_FIXED
+
+from suite.backends import progress_lines
+from suite.cli import main
+
+
+def test_progress_echoes_each_running_log_s_latest_line_once(tmp_path):
+    a, b = tmp_path / "0000.log", tmp_path / "0001.log"
+    a.write_text("[abc x8] step 50 train_acc 0.2\n[abc x8] step 100 train_acc 0.5 seed 3 memorized\n")
+    b.write_text("")
+    shown = {}
+    assert progress_lines([a, b], shown) == ["  [abc x8] step 100 train_acc 0.5 seed 3 memorized"]
+    assert progress_lines([a, b], shown) == []  # nothing new
+    b.write_text("[def x2] step 50 train_acc 0.1\n")
+    assert progress_lines([a, b, tmp_path / "gone.log"], shown) == ["  [def x2] step 50 train_acc 0.1"]
+
+
+def test_status_says_so_when_no_cell_has_run_under_the_root(tmp_path, capsys):
+    (tmp_path / "g.toml").write_text(TINY_FIXED + "[axes]\nseed = [0, 1]\n")
+    assert main(["status", str(tmp_path / "g.toml"), "--root", str(tmp_path / "elsewhere")]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "2 cells: 0 done, 2 missing" and "if the grid ran elsewhere, pass that --root" in err
+
+
+def test_status_of_a_tuned_grid_points_to_tune(tmp_path, capsys):
+    tuned = (
+        '[tuning]\ntrials = 1\ntuning_seeds = [9]\nfinal_seeds = [0, 1, 2, 3, 4]\n[tuning.methods.adam]\nopt = "adam"\n'
+    )
+    (tmp_path / "g.toml").write_text(TINY_FIXED + tuned)
+    assert main(["status", str(tmp_path / "g.toml")]) == 2
+    assert "suite tune" in capsys.readouterr().err
