@@ -11,6 +11,9 @@ if not _os.path.isdir(_os.path.join(__path__[0], "tasks")) and _os.path.isfile(
 ):
     __path__.append(_checkout)
 
+from importlib.metadata import PackageNotFoundError  # noqa: E402
+from importlib.metadata import version as _version  # noqa: E402
+
 from suite.contracts import GradFilter, Sampler  # noqa: E402 (after __path__ is complete)
 from suite.errors import SuiteError  # noqa: E402
 from suite.registry import (  # noqa: E402
@@ -22,7 +25,10 @@ from suite.registry import (  # noqa: E402
     register_task,
 )
 
-__version__ = "0.1.0"
+try:  # one source, pyproject.toml's version, as the installed package's metadata records it
+    __version__ = _version("grokking-suite")
+except PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "GradFilter",

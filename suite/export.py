@@ -25,6 +25,7 @@ import pandas as pd
 from suite.errors import SuiteError
 from suite.results import runner_of
 from suite.rundir import RunDir, check_writable, read_json, write_atomic
+from suite.spec import cell_id
 
 SCALARS = (str, int, float, bool)
 
@@ -50,12 +51,20 @@ def flatten(spec: dict) -> dict:
     return flat
 
 
-def _column(values: list) -> pd.api.extensions.ExtensionArray:
+TEXT = {  # result fields that are text whatever the runs hold (all null is still text, not a number)
+    "run_id", "git_commit", "device", "device_name", "hostname", "created_utc", "stop_reason",
+    "suite_version", "torch_version", "python", "omp_wait_policy",
+}  # fmt: skip
+
+
+def _column(values: list, text: bool = False) -> pd.api.extensions.ExtensionArray:
     """One type per column from its Python values (None = missing): integers stay integers beside
     a missing value, a column with no value at all is numeric (it is nearly always a step that
     was never reached, such as grok_step), and one that mixes types becomes text, which parquet
     can store."""
     kinds = {type(v) for v in values if v is not None}
+    if text:
+        return pd.array([None if v is None else str(v) for v in values], dtype="string")
     if kinds and kinds <= {bool}:
         return pd.array(values, dtype="boolean")
     if kinds and kinds <= {int}:
@@ -67,7 +76,7 @@ def _column(values: list) -> pd.api.extensions.ExtensionArray:
 
 def _table(rows: list[dict], order=lambda column: 0) -> pd.DataFrame:
     columns = sorted(dict.fromkeys(key for row in rows for key in row), key=order)  # stable: first seen first
-    return pd.DataFrame({c: _column([row.get(c) for row in rows]) for c in columns})
+    return pd.DataFrame({c: _column([row.get(c) for row in rows], c in TEXT) for c in columns})
 
 
 def _spec_order(column: str) -> int:
@@ -92,7 +101,7 @@ def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         except (OSError, ValueError) as err:
             print(f"warning: no curves from {path.parent / 'metrics.jsonl'}: {_first_line(err)}", file=sys.stderr)
             records = []
-        ids.append({"run": run, "runner": runner_of(result)})
+        ids.append({"run": run, "runner": runner_of(result), "cell_id": cell_id(result["spec"])})
         specs.append(flatten(result["spec"]))
         scalars.append({k: v for k, v in result.items() if k != "runner" and (v is None or isinstance(v, SCALARS))})
         curves += [

@@ -68,7 +68,7 @@ from sklearn.decomposition import PCA
 from threadpoolctl import threadpool_limits
 
 import suite
-from suite.results import git_commit, git_dirty
+from suite.results import git_commit, git_dirty, machine
 from suite.rundir import RunDir, write_atomic, write_json
 from suite.spec import component_settings, spec_id, task_data
 
@@ -313,6 +313,7 @@ def _probe(spec, run_dir, device, data, model_entry, t0) -> dict:
         "git_dirty": git_dirty(),
         "torch_version": torch.__version__,
         "python": platform.python_version(),
+        **machine(device),
     }
     write_json(rd / "result.json", result)
     rd.unlock()

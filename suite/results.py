@@ -9,11 +9,15 @@ this one function instead of probing for fields.
 
 from __future__ import annotations
 
+import datetime
 import os
+import platform
+import socket
 import subprocess
 from pathlib import Path
 
 TRAIN = "train"
+SCHEMA_VERSION = 2  # of result.json; 1 (no field): files written before created_utc, hostname and device_name
 
 
 def runner_of(result: dict) -> str:
@@ -43,6 +47,33 @@ def git_dirty() -> bool | None:
     return bool(out.stdout.strip()) if out and out.returncode == 0 else None
 
 
+def machine(device) -> dict:
+    """Where and when a result was made: the schema of the file, the UTC time, the host, and the
+    device's model (the GPU's name, or the CPU's, since rounding and speed depend on it)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        name = _cpu_model()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "device_name": name,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def provenance(size: int, device, compile: bool) -> dict:
     """How a result was made, recorded in it. Threads change the rounding on CPU (README, "Many seeds at
     once") and the wait policy the speed, so both are recorded beside the commit."""
@@ -56,6 +87,7 @@ def provenance(size: int, device, compile: bool) -> dict:
         "git_dirty": git_dirty(),
         "threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        **machine(device),
     }
 
 

@@ -98,6 +98,12 @@ def spec_id(spec: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+def cell_id(spec: dict) -> str:
+    """spec_id of the spec without its seed: the same for every seed of a cell (W&B's group, export's
+    cell_id column)."""
+    return spec_id({k: v for k, v in spec.items() if k != "seed"})
+
+
 def default_run_dir(spec: dict, root: str | Path = "runs") -> Path:
     if "opt" not in spec:  # a task with its own runner: no optimizer, sampler or filter
         return Path(root) / f"{spec['task']['name']}-{spec['model']['name']}" / f"seed{spec['seed']}-{spec_id(spec)}"

@@ -5,8 +5,14 @@ off). The usual environment variables apply: WANDB_PROJECT (default "grokking-su
 WANDB_ENTITY, WANDB_DIR (where offline runs go), WANDB_API_KEY. On compute nodes without
 network use offline, then `wandb sync <WANDB_DIR>/wandb/offline-run-*` from a machine that has it.
 
-One W&B run per cell: group = grid/task/model, job_type = the optimizer, config = the full
-spec plus its id (spec_id) and the method (optimizer+filter+sampler). The W&B run id is made at
+One W&B run per run dir: group = the cell (cell_id: the spec's hash without its seed, so W&B's
+grouping averages the seeds of one method in one cell, never two methods), job_type = the method
+(optimizer+filter+sampler), config = the full spec plus spec_id, cell_id, method, grid and
+experiment. The summary holds the result's milestones, `grokked` and a numeric
+`time_to_target` (the held grok step, or the budget when the run did not grok, with
+`time_to_target_censored` true), `val_acc` keeps its maximum, and result.json with the curves
+(metrics.jsonl) is logged as an artifact. A W&B workspace that reads like the leaderboard:
+group by cell_id, color by job_type, chart val_acc against step, sort by time_to_target. The W&B run id is made at
 the run's first start and kept in its run dir (wandb_id.txt), so a preempted and requeued run
 goes on in the same W&B run (resume="allow"), while a fresh run of the same spec (another run
 dir, or the same one removed and run again) gets its own. Under a sweep agent W&B takes the
@@ -25,7 +31,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.rundir import write_atomic
-from suite.spec import spec_id
+from suite.spec import cell_id, spec_id
 
 ID_FILE = "wandb_id.txt"
 # Seconds W&B may take to reach its server before a run falls back to offline (W&B's own default
@@ -46,6 +52,10 @@ SUMMARY_KEYS = (
     "wall_s",
     "steps_per_s",
     "device",
+    "device_name",
+    "first_touch_step",
+    "collapsed",
+    "best_val_acc",
 )
 
 
@@ -83,6 +93,18 @@ def method(spec: dict) -> str:
     return "+".join(spec[kind]["name"] for kind in ("opt", "filter", "sampler"))
 
 
+def time_to_target(result: dict) -> dict:
+    """Numeric summary fields W&B can sort and sweep on: a run that did not grok counts its whole
+    budget (censored: it would have taken longer), instead of a null that sorts nowhere."""
+    grokked = result.get("grok_step") is not None
+    budget = result["spec"]["train"]["steps"]
+    return {
+        "grokked": grokked,
+        "time_to_target": result["grok_step"] if grokked else budget,
+        "time_to_target_censored": not grokked,
+    }
+
+
 def make_tracker(mode: str, spec: dict, run_dir: str | Path, grid: str | None = None, experiment: str | None = None):
     """A tracker for train(), or None when tracking is off or nothing is trained (a task with its
     own runner: its spec has no train settings and no curves)."""
@@ -102,13 +124,14 @@ class WandbTracker:
         tags = [task, model, opt, spec["sampler"]["name"], f"seed{spec['seed']}"]
         if spec["filter"]["name"] != "none":
             tags.append(spec["filter"]["name"])
-        tags += [t for t in (grid, experiment) if t and t not in tags]
+        tags = list(dict.fromkeys(tags + [t for t in (grid, experiment) if t]))
+        where = {"grid": grid, "experiment": experiment}
         self.init_args = dict(
             project=os.environ.get("WANDB_PROJECT") or "grokking-suite",
-            group="/".join([grid or "run", task, model]),
-            job_type=opt,
+            group=cell_id(spec),
+            job_type=method(spec),
             tags=tags,
-            config=spec | {"spec_id": spec_id(spec), "method": method(spec)},
+            config=spec | {"spec_id": spec_id(spec), "cell_id": cell_id(spec), "method": method(spec)} | where,
             name=f"{task}-{model}-{opt}-s{spec['seed']}-{spec_id(spec)[:6]}",
             resume="allow",
             mode=mode,
@@ -137,6 +160,7 @@ class WandbTracker:
             )
             # the failed attempt keeps its id in W&B's service: the offline run takes a new one (kept from here on)
             self.run = wandb.init(**self.init_args, id=new_run_id())
+        self.run.define_metric("val_acc", summary="max")
         # A sweep agent names its runs itself (W&B then ignores ours): keep the id W&B used.
         self.id_kept = self.run.id == run_id and (self.run_dir / ID_FILE).exists()
 
@@ -159,9 +183,19 @@ class WandbTracker:
         if self.run is None:
             self.start()
         self.keep_id()
-        self.run.summary.update({k: result[k] for k in SUMMARY_KEYS if k in result})
+        self.run.summary.update({k: result[k] for k in SUMMARY_KEYS if k in result} | time_to_target(result))
+        self._log_files()
         self.run.finish(exit_code=0)
         self.run = None
+
+    def _log_files(self) -> None:
+        import wandb
+
+        artifact = wandb.Artifact(f"run-{spec_id(self.spec)}", type="result")
+        for name in ("result.json", "metrics.jsonl"):
+            if (self.run_dir / name).exists():
+                artifact.add_file(str(self.run_dir / name), name=name)
+        self.run.log_artifact(artifact)
 
     def close(self, exit_code: int) -> None:
         """End the W&B run after a preemption (3) or a crash (1); a finished run never gets here."""

@@ -46,7 +46,7 @@ def _bit_for_bit(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def _same_result(a: dict, b: dict) -> bool:
-    timing = ("wall_s", "steps_per_s", "ensemble_size")
+    timing = ("wall_s", "steps_per_s", "ensemble_size", "created_utc")
     return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
 
 

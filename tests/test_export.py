@@ -8,6 +8,7 @@ import pytest
 from conftest import REPO
 
 from suite.cli import main
+from suite.spec import cell_id
 
 TINY = [
     "--set",
@@ -91,6 +92,8 @@ def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, 
     assert pd.api.types.is_numeric_dtype(runs["grok_step"])  # even where no run grokked
     assert runs.loc[2, "task.p"] is pd.NA and "numbers" not in runs  # a probe has no p; nested fields stay out
     assert runs.loc[0, "opt.betas"] == "[0.9, 0.999]"
+    assert str(runs["git_commit"].dtype) == str(runs["hostname"].dtype) == "string"  # text even when all null
+    assert runs.loc[0, "cell_id"] == cell_id(json.loads((root / "a" / "result.json").read_text())["spec"])
 
     csv = pd.read_csv(root / "export" / "runs.csv")
     assert list(csv.columns) == list(runs.columns)

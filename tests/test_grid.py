@@ -239,7 +239,7 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert "2 cells, 1 done, 0 running, 1 to run" in proc.stderr
     assert all(d.status() == "done" for d in dirs) and not (dirs[1] / "error.json").exists()
     assert (dirs[0] / "result.json").stat().st_mtime_ns == stamp
-    timing = {"wall_s", "steps_per_s", "git_commit", "git_dirty"}  # how long, and which commit: not what
+    timing = {"wall_s", "steps_per_s", "git_commit", "git_dirty", "created_utc"}  # how long, when, which commit
     again = json.loads((dirs[1] / "result.json").read_text())
     assert {k: v for k, v in again.items() if k not in timing} == {
         k: v for k, v in results[1].items() if k not in timing

@@ -34,7 +34,7 @@ LONG = [
     "--steps",
     "2500",
 ]
-TIMING = {"wall_s", "steps_per_s", "git_commit"}  # git_commit: others may commit meanwhile
+TIMING = {"wall_s", "steps_per_s", "git_commit", "created_utc"}  # git_commit: others may commit meanwhile
 
 
 def start(out: Path) -> subprocess.Popen:

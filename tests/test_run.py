@@ -1,5 +1,6 @@
 """`python -m suite run` end to end: files, reproducibility, resume, bad input, grokking."""
 
+import importlib.metadata
 import json
 import re
 import shlex
@@ -72,9 +73,13 @@ def test_run_writes_spec_metrics_and_result(tmp_path):
         "device",
         "suite_version",
         "git_commit",
+        "created_utc",
+        "hostname",
     ):
         assert key in result
     assert result["spec"] == spec and result["steps"] == 60 and result["device"] == "cpu"
+    assert result["schema_version"] == 2 and result["device_name"]  # the CPU's model on a CPU
+    assert result["suite_version"] == importlib.metadata.version("grokking-suite")  # pyproject.toml, one source
     assert result["final_val_acc"] == lines[-1]["val_acc"]
     assert not (out / "checkpoint.pt").exists()
 
@@ -149,7 +154,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     assert (tmp_path / "cut/checkpoint.pt").exists() and not (tmp_path / "cut/result.json").exists()
     resumed = train([spec], [tmp_path / "cut"], cpu)[0]
     assert (tmp_path / "cut/metrics.jsonl").read_text() == (tmp_path / "whole/metrics.jsonl").read_text()
-    timing = {"wall_s", "steps_per_s"}
+    timing = {"wall_s", "steps_per_s", "created_utc"}
     assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
 
 

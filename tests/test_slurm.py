@@ -304,7 +304,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
         here = RunDir(cell.run_dir(local_root))
         assert (rd / "metrics.jsonl").read_text() == (here / "metrics.jsonl").read_text()
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
-        timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size"}  # how long, how, which commit: not what
+        timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size", "created_utc"}  # not what
         assert {k: v for k, v in ours.items() if k not in timing} == {
             k: v for k, v in theirs.items() if k not in timing
         }

@@ -14,7 +14,7 @@ from conftest import REPO, TINY_FIXED, run_cli, wait_for_step
 
 from suite.cli import main
 from suite.grid import load
-from suite.spec import canonical, spec_id
+from suite.spec import canonical, cell_id, spec_id
 from suite.tracking import ID_FILE, default_mode, kept_run_id, make_tracker
 
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
@@ -79,7 +79,7 @@ def offline_run(wandb_dir: Path, run: str) -> dict:
 
 
 def read_offline(path: Path) -> dict:
-    out = {"history": [], "summary": {}, "exit": None}
+    out = {"history": [], "summary": {}, "exit": None, "artifacts": []}
     for record in read_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
@@ -93,6 +93,8 @@ def read_offline(path: Path) -> dict:
             out["summary"].update({i.key: json.loads(i.value_json) for i in record.summary.update})
         elif kind == "exit":
             out["exit"] = record.exit.exit_code
+        elif kind == "artifact":
+            out["artifacts"].append(record.artifact.name)
     return out
 
 
@@ -104,12 +106,17 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
     assert proc.returncode == 0, proc.stderr
     cell = load(grid).cells[0]
     run = offline_run(tmp_path, kept_id(cell.run_dir(tmp_path / "runs")))
-    assert run["run"].run_group == "wbgrid/modular/mlp" and run["run"].job_type == "adamlr"
+    # the group is the cell without its seed: W&B averages one method's seeds, never two methods
+    assert run["run"].run_group == cell_id(cell.spec) and run["run"].job_type == "adamlr+none+random"
     assert run["run"].project == "suite-test"
-    assert {"modular", "mlp", "adamlr", "random", "seed0", "wbgrid"} <= set(run["run"].tags)
+    tags = list(run["run"].tags)
+    assert {"modular", "mlp", "adamlr", "random", "seed0", "wbgrid"} <= set(tags) and len(tags) == len(set(tags))
     assert {k: v for k, v in run["config"].items() if not k.startswith("_")} == canonical(cell.spec) | {
         "spec_id": spec_id(cell.spec),
+        "cell_id": cell_id(cell.spec),
         "method": "adamlr+none+random",
+        "grid": "wbgrid",
+        "experiment": "wbgrid",
     }
     metrics = [
         json.loads(line) for line in (cell.run_dir(tmp_path / "runs") / "metrics.jsonl").read_text().splitlines()
@@ -118,8 +125,12 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
     assert [h["val_acc"] for h in history] == [m["val_acc"] for m in metrics]
     assert [h["_step"] for h in run["history"]] == [m["step"] for m in metrics] == [0, 10, 20, 30, 40]
     result = json.loads((cell.run_dir(tmp_path / "runs") / "result.json").read_text())
-    for key in ("memorization_step", "grok_step", "delay", "final_val_acc", "steps"):
+    for key in ("memorization_step", "grok_step", "delay", "final_val_acc", "steps", "best_val_acc"):
         assert run["summary"][key] == result[key]
+    grokked = result["grok_step"] is not None
+    assert run["summary"]["grokked"] == grokked and run["summary"]["time_to_target_censored"] == (not grokked)
+    assert run["summary"]["time_to_target"] == (result["grok_step"] if grokked else 40)  # the budget when censored
+    assert run["artifacts"] == [f"run-{spec_id(cell.spec)}"]
     assert run["exit"] == 0
 
 
@@ -130,7 +141,7 @@ def test_run_flag_overrides_the_environment(tmp_path):
     proc = run_cli("run", *TINY, "--wandb", "offline", "--out", tmp_path / "on", env=env)
     assert proc.returncode == 0, proc.stderr
     run = offline_run(tmp_path, kept_id(tmp_path / "on"))
-    assert run["run"].run_group == "run/modular/mlp" and run["run"].job_type == "adam"
+    assert run["run"].job_type == "adam+none+random"
 
 
 def test_modes(monkeypatch, tmp_path):
