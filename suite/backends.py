@@ -241,14 +241,19 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
 # --- local backend ----------------------------------------------------------------------------------
 
 
-def check_local(root: str | Path, device: str) -> None:
+def check_local(root: str | Path, device: str, cells: list[Cell] = ()) -> None:
     """What would stop a local grid once it runs, checked before anything is printed or written:
-    a root that cannot be written, a device this machine lacks (else every worker fails on it)."""
+    a root that cannot be written, a device this machine lacks or a precision it cannot run (else
+    every worker fails on it)."""
     check_writable(root)
-    if device not in ("auto", "cpu"):
+    if device not in ("auto", "cpu") or any(cell.spec.get("train", {}).get("precision") == "tf32" for cell in cells):
+        from suite import precision
         from suite.train import resolve_device
 
-        resolve_device(device)
+        resolved = resolve_device(device)
+        for cell in cells:
+            if "train" in cell.spec:
+                precision.check(cell.spec["train"]["precision"], resolved)
 
 
 def run_local(
@@ -267,7 +272,7 @@ def run_local(
     failed, 3 if stopped."""
     if workers < 1:
         raise SuiteError(f"--workers must be at least 1, got {workers}")
-    check_local(root, device)
+    check_local(root, device, cells)
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(
         workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile

@@ -9,6 +9,7 @@ from typing import Literal, Optional
 from suite.errors import SuiteError
 
 LOSS_NAMES = ("ce", "stablemax")  # suite.measures.LOSSES holds their functions
+PRECISIONS = ("fp32", "tf32", "bf16")  # suite/precision.py says what runs in which
 
 
 @dataclass
@@ -26,6 +27,7 @@ class TrainConfig:
     hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
     keep_weights: bool = False  # the model's weights at memorization, grok step and end (suite/weights.py)
     grad_clip: Optional[float] = None  # max global gradient norm per member (after the filter, before the optimizer)
+    precision: Literal[PRECISIONS] = "fp32"  # fp32, tf32 (CUDA only) or bf16 autocast (suite/precision.py)
 
     def __post_init__(self):
         if self.steps <= 0:
@@ -51,5 +53,7 @@ class TrainConfig:
                 f"patience ({self.patience}) is shorter than hold ({self.hold}): a run may not stop "
                 "before its hold window ends"
             )
+        if self.precision not in PRECISIONS:
+            raise SuiteError(f"unknown precision '{self.precision}'; known: {', '.join(PRECISIONS)}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise SuiteError(f"grad_clip must be positive (or None), got {self.grad_clip}")

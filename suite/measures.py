@@ -48,7 +48,7 @@ def evaluate(model, x, y, loss_fn, batch_size: int) -> tuple[torch.Tensor, torch
     """
     total, correct = 0.0, []
     for i in range(0, x.shape[1], batch_size):
-        logits, target = model(x[:, i : i + batch_size]), y[:, i : i + batch_size]
+        logits, target = model(x[:, i : i + batch_size]).float(), y[:, i : i + batch_size]  # float32 loss
         total = total + loss_fn(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape).sum(1)
         correct.append(logits.argmax(-1) == target)
     return total / x.shape[1], torch.cat(correct, dim=1)

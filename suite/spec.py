@@ -92,10 +92,33 @@ def component_settings(spec: dict, kind: str) -> dict:
     return {k: v for k, v in spec[kind].items() if k != "name"}
 
 
+# Settings added after runs were stored: at these values a setting is left out of the id, so the ids
+# of the runs from before it (whose specs lack it) do not change, and an old spec reads as this one.
+LATER_DEFAULTS = {("train", "precision"): "fp32"}
+
+
 def spec_id(spec: dict) -> str:
     """Stable across processes and machines (never Python's salted hash())."""
-    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(without_later_defaults(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def without_later_defaults(spec: dict) -> dict:
+    """The spec as it was written before LATER_DEFAULTS's settings existed (where they hold those values)."""
+    out = dict(spec)
+    for (kind, key), value in LATER_DEFAULTS.items():
+        if kind in out and out[kind].get(key, value) == value:
+            out[kind] = {k: v for k, v in out[kind].items() if k != key}
+    return out
+
+
+def with_later_defaults(spec: dict) -> dict:
+    """An older spec with LATER_DEFAULTS's settings filled in, so it reads as a spec of today."""
+    out = dict(spec)
+    for (kind, key), value in LATER_DEFAULTS.items():
+        if kind in out and key not in out[kind]:
+            out[kind] = {**out[kind], key: value}
+    return out
 
 
 def cell_id(spec: dict) -> str:
@@ -108,7 +131,9 @@ def default_run_dir(spec: dict, root: str | Path = "runs") -> Path:
     if "opt" not in spec:  # a task with its own runner: no optimizer, sampler or filter
         return Path(root) / f"{spec['task']['name']}-{spec['model']['name']}" / f"seed{spec['seed']}-{spec_id(spec)}"
     method = spec["opt"]["name"] + ("" if spec["filter"]["name"] == "none" else "+" + spec["filter"]["name"])
+    precision = spec.get("train", {}).get("precision", "fp32")
     cell = f"{spec['task']['name']}-{spec['model']['name']}-{method}-{spec['sampler']['name']}"
+    cell += "" if precision == "fp32" else f"-{precision}"
     return Path(root) / cell / f"seed{spec['seed']}-{spec_id(spec)}"
 
 

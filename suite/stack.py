@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from suite import precision
 from suite.config import TrainConfig
 from suite.ensemble import Alone, Stacked, finite
 from suite.hessian import hessian_measures
@@ -111,8 +112,9 @@ class Stack:
         W for sigma_ratio, MED)."""
         cfg = self.cfg
         self.model.eval()
-        train_loss, train_correct = evaluate(self.model, self.x_train, self.y_train, self.loss_fn, cfg.eval_batch)
-        val_loss, val_correct = evaluate(self.model, self.x_val, self.y_val, self.loss_fn, cfg.eval_batch)
+        with precision.autocast(cfg.precision, self.device):  # the model as it trains
+            train_loss, train_correct = evaluate(self.model, self.x_train, self.y_train, self.loss_fn, cfg.eval_batch)
+            val_loss, val_correct = evaluate(self.model, self.x_val, self.y_val, self.loss_fn, cfg.eval_batch)
         self.model.train()
         columns = {
             "train_loss": train_loss,

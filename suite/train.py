@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from suite import precision
 from suite.ensemble import clip_grad_norms
 from suite.errors import SuiteError
 from suite.member import Member, claim
@@ -69,6 +70,8 @@ def train(
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
     torch.set_flush_denormal(True)
+    for spec in specs:  # a grid's check builds its cells on the CPU, so the device's own checks are here
+        precision.check(spec["train"]["precision"], device)
     members = [Member.build(spec, device) for spec in specs]  # bad input raises here, before anything is written
     trackers = trackers or [None] * len(specs)
     claim(members, run_dirs, trackers)  # finished meanwhile: its result is read
@@ -90,7 +93,8 @@ def train_step(stack: Stack, step: int, forward) -> None:
     """One update of every live member of the stack: its own batch, the sum of their mean losses
     (so each member's slice of every gradient is its own run's), filter, clip, optimizer."""
     x, y = stack.next_batch(step)  # [K, batch, ...], [K, batch]
-    logits = forward(x)  # [K, batch, classes]
+    with precision.autocast(stack.cfg.precision, stack.device):  # bf16: the forward and its backward
+        logits = forward(x).float()  # [K, batch, classes]; the loss in float32 whatever the precision
     stack.count_running(logits, y)
     loss = stack.loss_fn(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1).sum()
     stack.update.zero_grad()
@@ -109,7 +113,7 @@ def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
     forward = torch.compile(stack.model) if compile else stack.model
     progress = Progress(cfg.steps, start, spec_id(stack.spec)[:8] + (f" x{K}" if K > 1 else ""))
     clock, step = WallShare(K), start
-    with _StopFlag() as stop:
+    with _StopFlag() as stop, precision.matmul_mode(cfg.precision, device):
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
                 checkpoint(stack, step, clock.now())

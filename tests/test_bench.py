@@ -37,15 +37,32 @@ def test_report_has_every_section_and_the_machine(quick):
     for key in ("commit", "torch_version", "device", "threads", "hostname", "date", "units", "bench_wall_s"):
         assert key in report
     assert report["device"] == "cpu" and report["threads"] == 1  # run_cli sets OMP_NUM_THREADS=1
-    assert {"matmul", "plain", "steps", "ensembles"} <= set(report) and report["complete"] is True
+    assert {"matmul", "plain", "steps", "ensembles", "precision"} <= set(report) and report["complete"] is True
     assert "targets" not in report  # the bench reports figures; targets are a reader's (README)
     assert "probe" not in report and "compile" not in report and report["skipped"] == ["compile", "probe"]
     assert set(report["steps"]["cells"]) == {"mlp_batch512", "mlp_full", "transformer_batch512", "transformer_full"}
     assert set(report["ensembles"]["sizes"]) == {"1", "2"}
-    for section in ("matmul", "steps", "ensembles"):
+    for section in ("matmul", "steps", "ensembles", "precision"):
         figures = list(numbers(report[section]))
         assert figures and all(math.isfinite(x) and x > 0 for x in figures), section
     assert "matmul limit" in proc.stdout and "PASS" not in proc.stdout and "MISS" not in proc.stdout
+
+
+def test_the_precision_section_runs_fp32_and_bf16_side_by_side_on_any_cpu(quick):
+    proc, report, _ = quick
+    p = report["precision"]
+    assert set(p["precisions"]) == {"fp32", "bf16"}  # no tf32 off CUDA
+    assert isinstance(p["cpu_bf16_units"], list)  # native units or none: either way bf16 runs
+    assert set(report["matmul"]["lower_precision_limit_flop_per_s"]) == {"bfloat16"}
+    fp32, bf16 = p["precisions"]["fp32"], p["precisions"]["bf16"]
+    assert set(fp32["steps"]) == set(bf16["steps"]) == {"mlp", "transformer"}
+    assert set(fp32["runs_per_h"]) == set(bf16["runs_per_h"]) == {"1", "2"}  # alone and the largest stack
+    assert fp32["step_speedup_vs_fp32"] == {"mlp": 1.0, "transformer": 1.0}
+    for model, step in bf16["steps"].items():
+        assert bf16["step_speedup_vs_fp32"][model] == pytest.approx(
+            fp32["steps"][model]["pure_step_s"] / step["pure_step_s"], rel=1e-12
+        )
+    assert "precision, side by side" in proc.stdout and "bf16" in proc.stdout
 
 
 def test_figures_are_consistent(quick):
@@ -94,7 +111,7 @@ def test_the_suite_and_the_plain_loop_run_side_by_side(quick):
 
 def test_skipped_limit_leaves_no_fraction(tmp_path):
     out = tmp_path / "b.json"
-    proc = run_cli("bench", "--quick", "--skip", "matmul,plain,ensembles", "--steps", "5", "--out", out)
+    proc = run_cli("bench", "--quick", "--skip", "matmul,plain,ensembles,precision", "--steps", "5", "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert "matmul" not in report and "ensembles" not in report
@@ -126,7 +143,7 @@ def test_a_section_that_cannot_run_is_left_out_with_one_line_before_anything_is_
     monkeypatch.setattr(sections, "log", lambda message: events.append(message))
     monkeypatch.setattr(sections, "matmul_rates", lambda *args: events.append("timing") or {"64": 1e9})
     out = tmp_path / "b.json"
-    assert main(["bench", "--skip", "plain,steps,ensembles,compile", "--out", str(out)]) == 0
+    assert main(["bench", "--skip", "plain,steps,ensembles,precision,compile", "--out", str(out)]) == 0
     assert events[0] == "skipping probe: needs no_such_package_here (pip install it)" and "timing" in events[1:]
     report = json.loads(out.read_text())
     assert report["unavailable"] == {"probe": "needs no_such_package_here (pip install it)"} and "probe" not in report
@@ -139,7 +156,7 @@ def test_an_interrupted_bench_keeps_the_sections_it_finished(tmp_path, monkeypat
 
     monkeypatch.setattr(sections, "ensemble_section", interrupted)
     out = tmp_path / "b.json"
-    assert main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)]) == 130  # Ctrl-C's exit code
+    assert main(["bench", "--quick", "--skip", "plain,steps,precision", "--out", str(out)]) == 130  # Ctrl-C's exit code
     report = json.loads(out.read_text())
     assert report["complete"] is False and "ensembles" not in report
     assert len(report["matmul"]["passes_flop_per_s"]) == 1  # the pass at the start, measured before the interruption
@@ -151,7 +168,7 @@ def test_a_section_that_fails_records_its_error_and_the_rest_go_on(tmp_path, cap
 
     monkeypatch.setattr(sections, "ensemble_section", failing)
     out = tmp_path / "b.json"
-    assert main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)]) == 0
+    assert main(["bench", "--quick", "--skip", "plain,steps,precision", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["ensembles"] == {"error": "RuntimeError: boom"} and report["complete"] is True
     assert len(report["matmul"]["passes_flop_per_s"]) == 2  # the end pass ran after the failure

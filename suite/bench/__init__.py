@@ -1,7 +1,8 @@
 """`python -m suite bench`: how fast the suite trains, measured against this machine's limit.
 
 Sections (each can be skipped):
-- matmul:    the limit, the best sustained fp32 FLOP/s of square matmuls (2 n^3 per product);
+- matmul:    the limit, the best sustained fp32 FLOP/s of square matmuls (2 n^3 per product), and
+             the bf16 (and on CUDA TF32) limits beside it;
 - plain:     a single run of the default cell against the same steps and evaluations written as a
              plain PyTorch loop (same MLP class, Adam, batch 512, data split), run side by side,
              repeated and interleaved, with the start-up (imports) of each: the ratio suite / plain;
@@ -12,6 +13,10 @@ Sections (each can be skipped):
              suite's loop: sampling, evaluation and progress measures included); their ratio;
 - ensembles: runs per hour of K seeds of the default cell trained as one ensemble vs K
              sequential runs (K times the K = 1 wall);
+- precision: every precision the device runs (fp32 and bf16 on a CPU, natively where it has
+             AVX-512 BF16 or AMX; fp32, TF32 and bf16 on CUDA), side by side: the pure step of
+             the MLP and transformer at batch 512 and runs per hour of the default cell (alone
+             and as a stack of the largest K), each against fp32 (suite/bench/precision.py);
 - probe:     wall seconds of the number probe with its default spec (the bundled model);
 - compile:   the pure step at batch 512 with torch.compile(model) vs eager, compile time apart.
 
@@ -73,6 +78,7 @@ from pathlib import Path
 import torch
 
 from suite.bench import sections
+from suite.bench.precision import precision_section
 from suite.bench.sections import SECTIONS, Options
 from suite.errors import SuiteError
 from suite.results import git_commit, git_dirty
@@ -175,6 +181,7 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
             "plain": lambda: sections.plain_section(options, root / "plain"),
             "steps": lambda: sections.step_section(device, options, root / "steps"),
             "ensembles": lambda: sections.ensemble_section(device, options, root / "ensembles"),
+            "precision": lambda: precision_section(device, options, root / "precision"),
             "probe": lambda: sections.probe_section(device, root),
             "compile": lambda: sections.compile_section(device, options),
         }

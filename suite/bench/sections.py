@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from suite import precision
 from suite.errors import SuiteError
 from suite.measures import LOSSES
 from suite.spec import resolve, runner_of_task, spec_id
 
-SECTIONS = ("matmul", "plain", "steps", "ensembles", "probe", "compile")
+SECTIONS = ("matmul", "plain", "steps", "ensembles", "precision", "probe", "compile")
 MODELS = {"mlp": {"model": "mlp", "opt": "adam"}, "transformer": {"model": "transformer", "opt": "adamw"}}
 SAMPLERS = {"batch512": {"sampler": "random"}, "full": {"sampler": "full"}}  # random's default batch is 512
 NO_EARLY_STOP = {"train.patience": None}  # the loop runs its whole budget
@@ -111,16 +112,13 @@ def matmul_rates(device: torch.device, sizes, min_s: float, dtype: torch.dtype =
 
 
 def lower_precision_limits(device: torch.device, sizes, min_s: float) -> dict:
-    """On a GPU, the limits a run with precision TF32 or bf16 would be held to: the best FLOP/s of
-    fp32 products computed in TF32, and of bf16 products. None on a CPU (no such units here)."""
-    if device.type != "cuda":
-        return {}
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        rates = {"tf32": matmul_rates(device, sizes, min_s)}
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
+    """The limits a run with precision tf32 or bf16 is held to: on a GPU the best FLOP/s of fp32
+    products computed in TF32 and of bf16 products; on a CPU of bf16 products (native on AVX-512
+    BF16 or AMX, emulated elsewhere: suite.precision.cpu_bf16_units says which)."""
+    rates = {}
+    if device.type == "cuda":
+        with precision.matmul_mode("tf32", device):
+            rates["tf32"] = matmul_rates(device, sizes, min_s)
     rates["bfloat16"] = matmul_rates(device, sizes, min_s, torch.bfloat16)
     return {name: max(r.values()) for name, r in rates.items()}
 
@@ -167,20 +165,8 @@ def plain_section(options: Options, root: Path) -> dict:
             f"plain: a suite run and a plain PyTorch loop, {options.steps} steps each, "
             f"repeat {r + 1} of {options.repeats}"
         )
-        wall, out = timed_process(
-            [
-                "-m",
-                "suite",
-                "run",
-                "--steps",
-                str(options.steps),
-                *flags,
-                "--device",
-                "cpu",
-                "--out",
-                str(root / str(r)),
-            ]
-        )
+        run = ["-m", "suite", "run", "--steps", str(options.steps), *flags, "--device=cpu", f"--out={root / str(r)}"]
+        wall, out = timed_process(run)
         result = json.loads(Path(out.strip().splitlines()[-1]).read_text())
         walls["suite"].append(wall)
         inner["suite"].append(result["wall_s"])
@@ -212,17 +198,9 @@ def plain_section(options: Options, root: Path) -> dict:
 # --- 3. pure and whole steps -------------------------------------------------------------------
 
 
-def cell_spec(cell: dict, options: Options, seed: int = 0) -> dict:
-    return resolve(
-        cell,
-        {
-            **options.settings,
-            "train.steps": options.steps,
-            "train.eval_every": min(EVAL_EVERY, options.steps),
-            **NO_EARLY_STOP,
-        },
-        seed,
-    )
+def cell_spec(cell: dict, options: Options, seed: int = 0, precision: str = "fp32") -> dict:
+    steps = {"train.steps": options.steps, "train.eval_every": min(EVAL_EVERY, options.steps)}
+    return resolve(cell, {**options.settings, **steps, **NO_EARLY_STOP, "train.precision": precision}, seed)
 
 
 def pure_step(spec: dict, device: torch.device, options: Options, compile_model: bool = False) -> dict:
@@ -243,7 +221,9 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
     forward = torch.compile(model) if compile_model else model
 
     def step():
-        loss = loss_fn(forward(x), y)
+        with precision.autocast(spec["train"]["precision"], device):
+            logits = forward(x).float()
+        loss = loss_fn(logits, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -255,19 +235,18 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
         step()
         sync(device)
         out["compile_s"] = time.perf_counter() - t0
-    for _ in range(options.warmup_steps):
-        step()
     times = []
-    for _ in range(options.timed_steps):
-        sync(device)
-        t0 = time.perf_counter()
-        step()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    out["step_s"] = statistics.median(times)
+    with precision.matmul_mode(spec["train"]["precision"], device):
+        for _ in range(options.warmup_steps + options.timed_steps):
+            sync(device)
+            t0 = time.perf_counter()
+            step()
+            sync(device)
+            times.append(time.perf_counter() - t0)
+    out["step_s"] = statistics.median(times[options.warmup_steps :])
     if not compile_model:
-        with FlopCounterMode(display=False) as counter:
-            loss_fn(model(x), y).backward()
+        with FlopCounterMode(display=False) as counter, precision.autocast(spec["train"]["precision"], device):
+            loss_fn(model(x).float(), y).backward()
         out["flop"] = counter.get_total_flops()
         out["flop_per_s"] = out["flop"] / out["step_s"]
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from suite.bench.precision import format_precision
 from suite.bench.sections import SECTIONS
 
 
@@ -119,6 +120,7 @@ FORMATS = {
     "plain": _plain,
     "steps": _steps,
     "ensembles": _ensembles,
+    "precision": format_precision,
     "probe": _probe,
     "compile": _compile,
 }

@@ -17,7 +17,9 @@ def add(sub) -> None:
     p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 600; quick 20)")
     p.add_argument("--ensembles", help="ensemble sizes K, comma-separated (default 1,8,32; quick 1,2)")
     p.add_argument(
-        "--skip", default="", help="sections to skip, comma-separated: matmul,plain,steps,ensembles,probe,compile"
+        "--skip",
+        default="",
+        help="sections to skip, comma-separated: matmul,plain,steps,ensembles,precision,probe,compile",
     )
     p.add_argument(
         "--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)"

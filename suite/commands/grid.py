@@ -86,7 +86,7 @@ def run_grid(args, g, root) -> int:
     if args.backend == "slurm":
         return _slurm(args, g, root)
     if not args.dry_run:
-        backends.check_local(root, args.device)  # before the summary line: an error is the only line
+        backends.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
     summary, todo = _plan(g, root)
     print(summary, file=sys.stderr)
     if not todo:

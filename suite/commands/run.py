@@ -50,7 +50,7 @@ def run(args) -> int:
     from suite.backends import run_pending
     from suite.results import summary
     from suite.rundir import RunDir, read_json
-    from suite.spec import canonical, default_run_dir
+    from suite.spec import default_run_dir, spec_id
     from suite.tracking import make_tracker
     from suite.train import Preempted, resolve_device
 
@@ -58,7 +58,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     run_dirs = [Path(args.out)] if args.out else [default_run_dir(spec, args.root) for spec in specs]
     for spec, run_dir in zip(specs, run_dirs):
-        if (run_dir / "spec.json").exists() and read_json(run_dir / "spec.json") != canonical(spec):
+        if (run_dir / "spec.json").exists() and spec_id(read_json(run_dir / "spec.json")) != spec_id(spec):
             raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
     try:
         results = run_pending(

@@ -19,7 +19,7 @@ from suite.config import TrainConfig
 from suite.errors import SuiteError
 from suite.leaderboard.tables import fmt_value
 from suite.results import TRAIN, runner_of
-from suite.spec import spec_id
+from suite.spec import spec_id, with_later_defaults
 
 COMPONENTS = ("opt", "filter", "sampler")
 # part of the cell: steps to different targets, or held for different windows, do not compare
@@ -184,7 +184,8 @@ def _results(root: Path):
         run_id = result.get("run_id") or spec_id(spec)
         if run_id not in seen:
             seen.add(run_id)
-            yield path.parent.relative_to(root).as_posix(), runner, result | {"run_id": run_id}
+            read = result | {"run_id": run_id, "spec": with_later_defaults(spec)}  # an older spec reads as today's
+            yield path.parent.relative_to(root).as_posix(), runner, read
 
 
 def _training_run(col: Collection, ids: dict, rel: str, result: dict) -> dict:

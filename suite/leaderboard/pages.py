@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from suite.leaderboard.collect import Collection
+from suite.leaderboard.collect import ABSENT, Collection
 from suite.leaderboard.plots import plot_accuracy, plot_emb_norms, plot_profile
 from suite.leaderboard.sections import Cell, Files, Page, registered
 from suite.leaderboard.stats import cell_tables, performance_profile
@@ -29,6 +29,7 @@ from suite.leaderboard.tables import (
     steps_text,
     write_csv,
 )
+from suite.spec import LATER_DEFAULTS
 
 HEADING = "# Leaderboard: "  # a task/model page's first line: terminal_summary prints those pages
 CSV_COLUMNS = [
@@ -201,7 +202,10 @@ def _table_row(r) -> list[str]:
 
 def _csv_row(r, cell_label: str) -> dict:
     columns = {k: getattr(r, k) for k in CSV_COLUMNS if k not in ("cell", "method_settings")}
-    return columns | {"cell": cell_label, "method_settings": json.dumps(r.settings, sort_keys=True)}
+    # a setting added later, at the value every run had before it, is left out as spec ids leave it out
+    later = {f"{kind}.{key}": value for (kind, key), value in LATER_DEFAULTS.items()}
+    settings = {k: v for k, v in r.settings.items() if later.get(k, ABSENT) != v}
+    return columns | {"cell": cell_label, "method_settings": json.dumps(settings, sort_keys=True)}
 
 
 def _cell_plots(files: Files, cell: Cell, stem: str) -> list[tuple[str, str]]:
