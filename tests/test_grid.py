@@ -113,13 +113,13 @@ def test_cell_ids_are_stable_across_processes(tmp_path):
 def test_paper_grid_expands():
     grid = load(REPO / "suite/grids/paper.toml")
     assert grid.name == "paper"
-    assert len(grid.cells) == len({c.id for c in grid.cells}) == 273
+    assert len(grid.cells) == len({c.id for c in grid.cells}) == 455
     experiments = [c.experiment for c in grid.cells]
     assert {e: experiments.count(e) for e in set(experiments)} == {
-        "sampling": 216,
-        "adam-vs-adamlr": 24,
-        "c-sweep": 21,
-        "one-hot": 12,
+        "sampling": 360,
+        "adam-vs-adamlr": 40,
+        "c-sweep": 35,
+        "one-hot": 20,
     }  # c = 10 on a+b is shared
     c_sweep = {c.spec["opt"]["c"] for c in grid.cells if c.spec["opt"]["name"] == "adamlr"}
     assert c_sweep == {0.5, 1.0, 4.0, 8.0, 10.0, 16.0, 24.0, 32.0}

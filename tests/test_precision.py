@@ -137,3 +137,29 @@ def test_native_bf16_units_are_read_from_the_cpu_flags():
     ]
     assert cpu_bf16_units("flags\t\t: fpu sse2 avx2 fma\n") == []
     assert cpu_bf16_units("") == []
+
+
+def test_a_board_pairs_each_bf16_method_with_its_fp32_twin_and_a_board_of_one_precision_has_no_such_page(tmp_path):
+    import pandas as pd
+
+    settings = {**MLP, "p": 23, "train_frac": 0.6, "batch_size": 32, "train.steps": 200, "eval_every": 10}
+    settings |= {"target": 0.02, "hold": 0, "patience": None}  # a target every run reaches, at its own step
+    grok = {"fp32": [], "bf16": []}
+    for name in grok:
+        for seed in (0, 1):
+            spec = resolve({}, {**settings, "train.precision": name}, seed)
+            (result,) = train([spec], [tmp_path / "runs" / f"{name}{seed}"], CPU)
+            grok[name].append(result["grok_step"])
+    assert all(step is not None for steps in grok.values() for step in steps)
+    proc = run_cli("leaderboard", tmp_path / "runs", "--out", tmp_path / "board")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = pd.read_csv(tmp_path / "board" / "precision.csv").to_dict("records")
+    assert (row["method"], row["precision"], row["fp32_seeds"], row["bf16_seeds"]) == ("adam", "bf16", 2, 2)
+    assert row["fp32_time"] == sum(grok["fp32"]) / 2 and row["bf16_time"] == sum(grok["bf16"]) / 2  # medians of 2
+    assert row["verdict"] == "not resolved (n = 2)"
+    assert "[precision](precision.md)" in (tmp_path / "board" / "index.md").read_text()
+    for seed in (0, 1):
+        (tmp_path / "runs" / f"bf16{seed}" / "result.json").unlink()
+    proc = run_cli("leaderboard", tmp_path / "runs", "--out", tmp_path / "fp32-board")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "fp32-board" / "precision.md").exists()

@@ -1,0 +1,84 @@
+"""The tests that touch the device a run trains on, marked `device`: on the device SUITE_TEST_DEVICE
+names (cpu by default, so CI runs them here; the GPU campaign, suite/campaign.py, sets cuda). On the
+CPU the comparisons are exact; on a GPU they hold to float32 rounding (its kernels sum in another
+order than the CPU's, and atomics make some sums run-to-run different)."""
+
+import json
+import os
+
+import pytest
+import torch
+from conftest import PreemptAt
+
+from suite.errors import SuiteError
+from suite.spec import resolve
+from suite.train import Preempted, resolve_device, train
+
+pytestmark = pytest.mark.device
+DEVICE = resolve_device(os.environ.get("SUITE_TEST_DEVICE", "cpu"))
+CPU = torch.device("cpu")
+SMALL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "train.steps": 60, "eval_every": 10}
+MLP = {"d": 16, "hidden": 32}
+LOSSES = ("train_loss", "val_loss")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _records(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _agree(a, b, rtol: float) -> None:
+    """Every evaluation's losses equal (CPU against CPU) or within rtol (another device)."""
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b):
+        for k in LOSSES:
+            if DEVICE.type == "cpu":
+                assert ra[k] == rb[k], (ra["step"], k)
+            else:
+                assert ra[k] == pytest.approx(rb[k], rel=rtol), (ra["step"], k)
+
+
+@pytest.mark.parametrize("choices", [{}, {"model": "transformer", "opt": "adamw"}], ids=["mlp", "transformer"])
+def test_a_run_on_the_device_is_the_cpu_run_to_float32_rounding(tmp_path, choices):
+    settings = {**SMALL, **({"d_model": 16, "d_mlp": 32, "n_heads": 2} if choices else MLP)}
+    spec = resolve(choices, settings, 0)
+    (result,) = train([spec], [tmp_path / "device"], DEVICE)
+    train([spec], [tmp_path / "cpu"], CPU)
+    assert result["device"].startswith(DEVICE.type)
+    _agree(_records(tmp_path / "device")[:3], _records(tmp_path / "cpu")[:3], rtol=1e-4)  # early: before Adam amplifies
+
+
+def test_each_member_of_a_stack_on_the_device_is_its_separate_run(tmp_path):
+    specs = [resolve({"opt": "adamlr"}, {**SMALL, **MLP}, seed) for seed in range(3)]
+    together = train(specs, [tmp_path / "stack" / str(i) for i in range(3)], DEVICE)
+    assert {r["ensemble_size"] for r in together} == {3}
+    for i, spec in enumerate(specs):
+        train([spec], [tmp_path / "alone" / str(i)], DEVICE)
+        _agree(_records(tmp_path / "stack" / str(i)), _records(tmp_path / "alone" / str(i)), rtol=1e-3)
+
+
+def test_a_preempted_bf16_run_on_the_device_resumes_to_the_same_numbers(tmp_path):
+    spec = resolve({}, {**SMALL, **MLP, "train.precision": "bf16", "patience": None}, 0)
+    train([spec], [tmp_path / "whole"], DEVICE)
+    with pytest.raises(Preempted):
+        train([spec], [tmp_path / "cut"], DEVICE, [PreemptAt(30)])
+    train([spec], [tmp_path / "cut"], DEVICE)
+    _agree(_records(tmp_path / "cut"), _records(tmp_path / "whole"), rtol=1e-2)
+
+
+def test_tf32_trains_on_cuda_and_is_refused_elsewhere(tmp_path):
+    spec = resolve({}, {**SMALL, **MLP, "train.precision": "tf32"}, 0)
+    if DEVICE.type != "cuda":
+        with pytest.raises(SuiteError, match="CUDA only"):
+            train([spec], [tmp_path / "run"], DEVICE)
+        assert not (tmp_path / "run").exists()
+        return
+    (result,) = train([spec], [tmp_path / "run"], DEVICE)
+    assert result["steps"] == 60 and not torch.backends.cuda.matmul.allow_tf32  # the flag restored after the run
