@@ -42,6 +42,8 @@ def test_report_has_every_section_and_the_machine(quick):
     assert "probe" not in report and "compile" not in report and report["skipped"] == ["compile", "probe"]
     assert set(report["steps"]["cells"]) == {"mlp_batch512", "mlp_full", "transformer_batch512", "transformer_full"}
     assert set(report["ensembles"]["sizes"]) == {"1", "2"}
+    mixed = report["ensembles"]["sizes"]["2"]  # two learning rates, still one stack
+    assert mixed["lr_per_member_trained_as_ensemble_of"] == 2 and mixed["lr_per_member_runs_per_h"] > 0
     for section in ("matmul", "steps", "ensembles", "precision"):
         figures = list(numbers(report[section]))
         assert figures and all(math.isfinite(x) and x > 0 for x in figures), section

@@ -21,7 +21,7 @@ def precision_section(device: torch.device, options: Options, root: Path) -> dic
         row = {"how": how, "steps": {}, "runs_per_h": {}}
         for model_name, model_cell in MODELS.items():
             log(f"precision {name}: {model_name} pure step")
-            spec = cell_spec({**model_cell, **SAMPLERS["batch512"]}, options, precision=name)
+            spec = cell_spec({**model_cell, **SAMPLERS["batch512"]}, options, settings={"train.precision": name})
             pure = pure_step(spec, device, options)
             row["steps"][model_name] = {
                 "pure_step_s": pure["step_s"],
@@ -30,7 +30,7 @@ def precision_section(device: torch.device, options: Options, root: Path) -> dic
             }
         for k in sizes:
             log(f"precision {name}: default cell, {k} seed(s) as one stack, {options.steps} steps")
-            specs = [cell_spec({}, options, seed, precision=name) for seed in range(k)]
+            specs = [cell_spec({}, options, seed, {"train.precision": name}) for seed in range(k)]
             wall, _ = train_runs(specs, device, root / name / f"stack{k}")
             row["runs_per_h"][str(k)] = k * 3600 / wall * (options.steps / RUN_STEPS)
         rows[name] = row

@@ -198,9 +198,9 @@ def plain_section(options: Options, root: Path) -> dict:
 # --- 3. pure and whole steps -------------------------------------------------------------------
 
 
-def cell_spec(cell: dict, options: Options, seed: int = 0, precision: str = "fp32") -> dict:
+def cell_spec(cell: dict, options: Options, seed: int = 0, settings: dict | None = None) -> dict:
     steps = {"train.steps": options.steps, "train.eval_every": min(EVAL_EVERY, options.steps)}
-    return resolve(cell, {**options.settings, **steps, **NO_EARLY_STOP, "train.precision": precision}, seed)
+    return resolve(cell, {**options.settings, **steps, **NO_EARLY_STOP, **(settings or {})}, seed)
 
 
 def pure_step(spec: dict, device: torch.device, options: Options, compile_model: bool = False) -> dict:
@@ -307,7 +307,9 @@ def step_section(device: torch.device, options: Options, root: Path) -> dict:
 
 
 def ensemble_section(device: torch.device, options: Options, root: Path) -> dict:
-    """K seeds of the default cell (MLP, adam, batch 512) as one ensemble vs K sequential runs."""
+    """K seeds of the default cell (MLP, adam, batch 512) as one ensemble vs K sequential runs; and K
+    members that differ in their learning rate too (log-spaced 1e-2 down to 1e-3: one optimizer per
+    member, suite/updates.py's MemberUpdates, as a tuning grid's stack trains)."""
     rows = {}
     for k in options.ensembles:
         specs = [cell_spec({}, options, seed) for seed in range(k)]
@@ -319,6 +321,15 @@ def ensemble_section(device: torch.device, options: Options, root: Path) -> dict
             "trained_as_ensemble_of": results[0]["ensemble_size"],
             "runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
         }
+        if k > 1:
+            log(f"ensemble K = {k}, a learning rate per member: {options.steps} steps")
+            mixed = [cell_spec({}, options, i, {"opt.lr": 1e-2 * 10 ** (-i / (k - 1))}) for i in range(k)]
+            wall, mixed_results = train_runs(mixed, device, root / f"mixed{k}")
+            rows[str(k)] |= {
+                "lr_per_member_wall_s": wall,
+                "lr_per_member_trained_as_ensemble_of": mixed_results[0]["ensemble_size"],
+                "lr_per_member_runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
+            }
     single = rows["1"]
     for row in rows.values():
         row["sequential_wall_s"] = row["k"] * single["wall_s"]
