@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-from suite.errors import SuiteError
+from suite.errors import SuiteError, missing_extra
 from suite.grid import Cell, Grid
 from suite.results import headline
 from suite.rundir import RunDir, RunLocked, check_writable, read_json, writable_dir, write_json
@@ -64,11 +64,14 @@ def run_cells(
             tracker.close(1)
         raise
     except Exception as err:
+        missing = missing_extra(err) if isinstance(err, ModuleNotFoundError) else None
         for rd in dirs:
-            if not rd.finished:
+            if not rd.finished and missing is None:  # an extra not installed is bad input, not a failed run
                 rd.record_failure(err)
         for tracker in live:
             tracker.close(1)
+        if missing is not None:
+            raise missing from None
         raise
     for rd in dirs:
         rd.clear_failure()

@@ -13,7 +13,7 @@ import os
 import sys
 
 from suite.commands import COMMANDS
-from suite.errors import SuiteError
+from suite.errors import SuiteError, missing_extra
 
 
 def runtime_defaults() -> None:
@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `suite list | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except ModuleNotFoundError as err:
+        if (missing := missing_extra(err)) is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # outside a training loop (a run's loop checkpoints and says so itself)
         print("error: interrupted (Ctrl-C); what had finished is kept", file=sys.stderr)
         return 130

@@ -23,13 +23,14 @@ never reads W&B: result.json is the record.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import string
 import sys
 from pathlib import Path
 
-from suite.errors import SuiteError
+from suite.errors import SuiteError, missing_extra
 from suite.rundir import write_atomic
 from suite.spec import cell_id, spec_id
 
@@ -110,6 +111,8 @@ def make_tracker(mode: str, spec: dict, run_dir: str | Path, grid: str | None = 
     own runner: its spec has no train settings and no curves)."""
     if check_mode(mode) == "off" or "train" not in spec:
         return None
+    if importlib.util.find_spec("wandb") is None:  # said before anything is written
+        raise missing_extra(ModuleNotFoundError(name="wandb"))
     return WandbTracker(mode, spec, run_dir, grid, experiment)
 
 
