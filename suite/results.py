@@ -27,17 +27,29 @@ def runner_of(result: dict) -> str:
     return TRAIN if isinstance(spec, dict) and "train" in spec else "probe"
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
 def _git(*args: str) -> subprocess.CompletedProcess | None:
+    """git in the suite's own checkout; None when the suite is installed (a venv inside some other
+    repository must not lend it that repository's commit)."""
+    if not (CHECKOUT / ".git").exists():
+        return None
     try:
-        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
+        return subprocess.run(["git", *args], cwd=CHECKOUT, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
 
 
 def git_commit() -> str | None:
-    """The suite checkout's commit, recorded in every result (None outside a git checkout)."""
+    """The suite's commit, recorded in every result: the checkout's HEAD, or for an installed wheel
+    the commit it was built from (suite/COMMIT, written by suite/_build/commit_stamp.py); None when
+    neither is known."""
     out = _git("rev-parse", "HEAD")
-    return (out.stdout.strip() or None) if out else None
+    if out is not None:
+        return out.stdout.strip() or None
+    stamp = Path(__file__).with_name("COMMIT")
+    return (stamp.read_text().strip() or None) if stamp.is_file() else None
 
 
 def git_dirty() -> bool | None:

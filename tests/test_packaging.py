@@ -5,6 +5,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tomllib
 
 import pytest
 from conftest import REPO
@@ -80,7 +81,7 @@ def test_the_wheel_is_the_whole_suite_not_the_checkout(installed):
         ".".join((*prefix[top], *path.relative_to(REPO).with_suffix("").parts)).removesuffix(".__init__")
         for top in prefix
         for path in (REPO / top).rglob("*.py")
-        if path.name != "__main__.py"
+        if path.name != "__main__.py" and "_build" not in path.parts  # the build backend is not shipped
     )
     imported = subprocess.run(
         [python, "-c", f"import importlib; [importlib.import_module(m) for m in {modules!r}]"],
@@ -105,3 +106,15 @@ def test_a_shipped_grid_runs_by_name_locally_and_for_slurm(installed):
     slurm = _suite(installed, "grid", "quick", "--backend", "slurm", "--dry-run")
     assert slurm.returncode == 0, slurm.stderr
     assert "#SBATCH --array=0-1" in slurm.stdout and "-m suite chunk" in slurm.stdout
+
+
+def test_the_wheel_records_its_version_and_the_commit_it_was_built_from(installed):
+    """Results made by an installed suite name their code: pyproject's version, and the checkout's
+    HEAD when the wheel was built (suite/_build/commit_stamp.py), not the commit of whatever
+    repository the venv happens to sit in."""
+    python, work = installed
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    code = "import suite, suite.results as r; print(suite.__version__, r.git_commit(), r.git_dirty())"
+    out = subprocess.run([python, "-c", code], cwd=work, capture_output=True, text=True, check=True).stdout.split()
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert out == [version, head.stdout.strip(), "None"]
