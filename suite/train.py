@@ -145,7 +145,7 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare) -> None:
             m.diverged = True
             m.notes.append("diverged")
             continue
-        m.write(evaluation)
+        m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
         if stack.cfg.keep_weights:
             m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
     for m in stack.live:

@@ -109,3 +109,10 @@ def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"step {step} not reached")
+
+
+def metrics_text(run_dir) -> str:
+    """A run's metrics.jsonl without its clock (elapsed_s is a time, not a result): what two runs of
+    one spec agree on byte for byte."""
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return "".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "elapsed_s"}) + "\n" for line in lines)

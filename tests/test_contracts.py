@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_cli
+from conftest import REPO, metrics_text, run_cli
 from torch import nn
 
 from suite import SuiteError, register_model
@@ -208,9 +208,7 @@ def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp
     alone = [train([spec], [tmp_path / f"b{spec['seed']}"], torch.device("cpu"))[0] for spec in specs]
     for a, b in zip(together, alone):
         assert a["steps"] == 20 and a["ensemble_size"] == 1
-        assert (tmp_path / f"a{a['spec']['seed']}/metrics.jsonl").read_text() == (
-            tmp_path / f"b{b['spec']['seed']}/metrics.jsonl"
-        ).read_text()
+        assert metrics_text(tmp_path / f"a{a['spec']['seed']}") == metrics_text(tmp_path / f"b{b['spec']['seed']}")
     assert "one after the other" not in capsys.readouterr().err  # a single run just runs the plain model
 
 
@@ -356,7 +354,7 @@ def _few_steps(tmp_path, choices: dict, settings: dict | None = None) -> dict:
         {**task_settings, **TINY_MODEL.get(model, {}), **batch, "train.steps": 4, "eval_every": 2, **(settings or {})},
     )
     (result,) = train([spec], [tmp_path / "run"], torch.device("cpu"))
-    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in metrics_text(tmp_path / "run").splitlines()]
     assert [r["step"] for r in records] == [0, 2, 4] and all(math.isfinite(r["train_loss"]) for r in records)
     assert result["steps"] == 4
     return result

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_FIXED, PreemptAt, run_cli, stack_of
+from conftest import TINY_FIXED, PreemptAt, metrics_text, run_cli, stack_of
 from torch import nn
 
 from suite.ensemble import split_state, stack_states
@@ -38,7 +38,7 @@ def _specs(choices, settings, seeds=(0, 1, 2)):
 
 
 def _metrics(run_dir: Path) -> str:
-    return (run_dir / "metrics.jsonl").read_text()
+    return metrics_text(run_dir)
 
 
 def _bit_for_bit(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -260,7 +260,7 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
     assert out.returncode == 0 and "6 cells in 6 processes" in out.stderr
     for path in (tmp_path / "runs").rglob("metrics.jsonl"):
         twin = tmp_path / "alone" / path.relative_to(tmp_path / "runs")
-        assert path.read_text() == twin.read_text()
+        assert metrics_text(path.parent) == metrics_text(twin.parent)
 
 
 def test_compile_trains_the_same_cell_to_float_rounding_and_is_recorded(tmp_path):

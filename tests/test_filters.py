@@ -6,7 +6,7 @@ import io
 
 import pytest
 import torch
-from conftest import PreemptAt
+from conftest import PreemptAt, metrics_text
 
 from suite import SuiteError
 from suite.registry import ALL
@@ -90,7 +90,7 @@ def test_bad_filter_settings_are_one_line_errors():
 
 
 def _metrics(run_dir):
-    return (run_dir / "metrics.jsonl").read_text()
+    return metrics_text(run_dir)
 
 
 @pytest.mark.parametrize(

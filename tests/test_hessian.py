@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import build_one
+from conftest import build_one, metrics_text
 from torch import nn
 
 from suite.hessian import hessian_measures
@@ -73,10 +73,10 @@ def test_every_k_evaluations_without_changing_the_run(tmp_path):
     (measured,) = train(
         [resolve(settings={**settings, "hessian_every": 2})], [tmp_path / "measured"], torch.device("cpu")
     )
-    records = [json.loads(line) for line in (tmp_path / "measured" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in metrics_text(tmp_path / "measured").splitlines()]
     assert [r["step"] for r in records if "hessian_W" in r] == [0, 20, 40]
     assert all("hessian_E" in r for r in records if "hessian_W" in r)
-    plain_records = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    plain_records = [json.loads(line) for line in metrics_text(tmp_path / "plain").splitlines()]
     strip = lambda r: {k: v for k, v in r.items() if not k.startswith("hessian_")}  # noqa: E731
     assert [strip(r) for r in records] == plain_records  # measuring does not perturb training
     assert measured["final_val_loss"] == plain["final_val_loss"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PreemptAt, run_cli, stack_of
+from conftest import PreemptAt, metrics_text, run_cli, stack_of
 
 from suite.errors import SuiteError
 from suite.leaderboard.collect import collect
@@ -29,9 +29,7 @@ def one_thread():
 
 
 def _records(run_dir: Path) -> list[dict]:
-    """metrics.jsonl's records without their clock (elapsed_s is a time, not a result)."""
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k != "elapsed_s"} for line in lines]
+    return [json.loads(line) for line in metrics_text(run_dir).splitlines()]
 
 
 def test_an_fp32_spec_keeps_the_id_it_had_before_precision_existed_and_bf16_gets_its_own():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, PreemptAt, run_cli
+from conftest import REPO, PreemptAt, metrics_text, run_cli
 
 from suite.backends import seed_groups
 from suite.grid import load
@@ -125,7 +125,7 @@ def test_default_run_dir_and_finished_spec_is_skipped(tmp_path):
 def test_same_spec_twice_gives_identical_metrics(tmp_path):
     for name in ("a", "b"):
         assert run_cli("run", "--sampler", "frequency", *TINY, "--out", tmp_path / name).returncode == 0
-    assert (tmp_path / "a/metrics.jsonl").read_bytes() == (tmp_path / "b/metrics.jsonl").read_bytes()
+    assert metrics_text(tmp_path / "a") == metrics_text(tmp_path / "b")
 
 
 @pytest.mark.parametrize(
@@ -153,9 +153,13 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
         train([spec], [tmp_path / "cut"], cpu, [PreemptAt(40)])
     assert (tmp_path / "cut/checkpoint.pt").exists() and not (tmp_path / "cut/result.json").exists()
     resumed = train([spec], [tmp_path / "cut"], cpu)[0]
-    assert (tmp_path / "cut/metrics.jsonl").read_text() == (tmp_path / "whole/metrics.jsonl").read_text()
+    assert metrics_text(tmp_path / "cut") == metrics_text(tmp_path / "whole")
     timing = {"wall_s", "steps_per_s", "created_utc"}
     assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
+    # the clock: every evaluation says how long the run had trained by then, counting on across the resume
+    for run, result in (("whole", whole), ("cut", resumed)):
+        clock = [json.loads(line)["elapsed_s"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        assert len(clock) == 9 and clock == sorted(clock) and 0 <= clock[0] < clock[-1] <= result["wall_s"] + 1e-3
 
 
 @pytest.mark.parametrize(

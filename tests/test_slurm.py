@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, metrics_text, run_cli
 
 from suite.cli import main
 from suite.grid import load
@@ -302,7 +302,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     assert local.returncode == 0, local.stderr
     for cell, rd in zip(cells, dirs):
         here = RunDir(cell.run_dir(local_root))
-        assert (rd / "metrics.jsonl").read_text() == (here / "metrics.jsonl").read_text()
+        assert metrics_text(rd) == metrics_text(here)
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
         timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size", "created_utc"}  # not what
         assert {k: v for k, v in ours.items() if k not in timing} == {
