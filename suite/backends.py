@@ -34,7 +34,12 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY":
 
 
 def run_cells(
-    specs: list[dict], run_dirs: list[Path], device, trackers: list | None = None, compile: bool = False
+    specs: list[dict],
+    run_dirs: list[Path],
+    device,
+    trackers: list | None = None,
+    compile: bool = False,
+    origins: list[dict] | None = None,
 ) -> list[dict]:
     """train() plus what every entry point needs: a crash leaves error.json (status 'failed')
     in each unfinished run dir, a finished run clears it, and the W&B runs are closed whatever
@@ -54,7 +59,7 @@ def run_cells(
         if runner:
             results = [runner.build(spec, rd.path, device) for spec, rd in zip(specs, dirs)]
         else:
-            results = train(specs, [rd.path for rd in dirs], device, trackers, compile)
+            results = train(specs, [rd.path for rd in dirs], device, trackers, compile, origins)
     except Preempted:
         for tracker in live:
             tracker.close(3)
@@ -81,17 +86,30 @@ def run_cells(
 
 
 def run_pending(
-    specs: list[dict], run_dirs: list[Path], names: list[str], device, compile: bool, tracker_of=lambda i: None
+    specs: list[dict],
+    run_dirs: list[Path],
+    names: list[str],
+    device,
+    compile: bool,
+    tracker_of=lambda i: None,
+    origins: list[dict] | None = None,
 ) -> list[dict]:
     """run_cells over the specs whose run dirs have not finished (those that have are said so, by
-    name, on stderr); tracker_of(i) makes spec i's tracker. Returns the new results."""
+    name, on stderr); tracker_of(i) makes spec i's tracker; origins[i] is the grid and experiment
+    spec i's result records. Returns the new results."""
     todo = [i for i, run_dir in enumerate(run_dirs) if not RunDir(run_dir).finished]
     for i in sorted(set(range(len(specs))) - set(todo)):
         print(f"already finished: {names[i]}", file=sys.stderr)
     if not todo:
         return []
+    origins = origins or [{}] * len(specs)
     return run_cells(
-        [specs[i] for i in todo], [run_dirs[i] for i in todo], device, [tracker_of(i) for i in todo], compile
+        [specs[i] for i in todo],
+        [run_dirs[i] for i in todo],
+        device,
+        [tracker_of(i) for i in todo],
+        compile,
+        [origins[i] for i in todo],
     )
 
 
@@ -221,6 +239,7 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
                 lambda i, cells=cells: make_tracker(
                     manifest["wandb"], cells[i]["spec"], cells[i]["run_dir"], manifest["grid"], cells[i]["experiment"]
                 ),
+                [{"grid": manifest["grid"], "experiment": c["experiment"]} for c in cells],
             )
         except Preempted as stop:
             print(f"stopped: {stop}", file=sys.stderr)

@@ -1,13 +1,17 @@
 """`python -m suite export ROOT [--out DIR]`: every finished run under ROOT as tables pandas reads.
 
 - runs.csv, runs.parquet: one row per result.json under ROOT (recursively): `run` (its run dir,
-  relative to ROOT), `runner` (train or probe, suite.results.runner_of), the spec flattened into
+  relative to ROOT), `runner` (train or probe, suite.results.runner_of), `cell_id` (the spec
+  without its seed), `grid` and `experiment` (what asked for the run; empty for `suite run`,
+  probes and results older than these fields), the spec flattened into
   columns (`task.name`, `task.p`, `opt.lr`, `train.steps`, `seed`, ...; a list such as
   `opt.betas` as JSON text) and the result's scalar fields beside them (`grok_step`,
   `final_val_acc`, `wall_s`, ...; nested ones, such as a probe's per-layer table, stay in
   result.json). The same spec found twice is two rows with one `run_id`.
 - curves.csv, curves.parquet: those runs' metrics.jsonl in long format, one row per
   (run, step, metric, value).
+- probes.csv, probes.parquet (when some run is a number probe): every probe run's probe.csv, one
+  row per (run, data, layer) with its scores (rho, PLS R^2, ...), `run` joining it to runs.
 
 A result.json that cannot be read is skipped with one warning line naming it (so is the
 metrics.jsonl of a run, whose row stays).
@@ -28,6 +32,7 @@ from suite.rundir import RunDir, check_writable, read_json, write_atomic
 from suite.spec import cell_id
 
 SCALARS = (str, int, float, bool)
+IDS = ("runner", "grid", "experiment")  # result fields that go with the run's id columns, first
 
 
 def _first_line(err: BaseException) -> str:
@@ -53,7 +58,7 @@ def flatten(spec: dict) -> dict:
 
 TEXT = {  # result fields that are text whatever the runs hold (all null is still text, not a number)
     "run_id", "git_commit", "device", "device_name", "hostname", "created_utc", "stop_reason",
-    "suite_version", "torch_version", "python", "omp_wait_policy",
+    "suite_version", "torch_version", "python", "omp_wait_policy", "grid", "experiment",
 }  # fmt: skip
 
 
@@ -86,9 +91,9 @@ def _spec_order(column: str) -> int:
     return kinds.index(kind) if kind in kinds else len(kinds)
 
 
-def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, curves) of every readable result.json under root."""
-    ids, specs, scalars, curves = [], [], [], []
+def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
+    """(runs, curves, probes or None) of every readable result.json under root."""
+    ids, specs, scalars, curves, probes = [], [], [], [], []
     for path in sorted(root.rglob("result.json")):
         run = path.parent.relative_to(root).as_posix()
         try:
@@ -101,9 +106,15 @@ def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         except (OSError, ValueError) as err:
             print(f"warning: no curves from {path.parent / 'metrics.jsonl'}: {_first_line(err)}", file=sys.stderr)
             records = []
-        ids.append({"run": run, "runner": runner_of(result), "cell_id": cell_id(result["spec"])})
+        where = {"grid": result.get("grid"), "experiment": result.get("experiment")}  # older results: none
+        ids.append({"run": run, "runner": runner_of(result), "cell_id": cell_id(result["spec"])} | where)
+        if (path.parent / "probe.csv").is_file():
+            try:
+                probes.append(pd.read_csv(path.parent / "probe.csv").assign(run=run))
+            except (OSError, ValueError) as err:
+                print(f"warning: no probe scores from {path.parent / 'probe.csv'}: {_first_line(err)}", file=sys.stderr)
         specs.append(flatten(result["spec"]))
-        scalars.append({k: v for k, v in result.items() if k != "runner" and (v is None or isinstance(v, SCALARS))})
+        scalars.append({k: v for k, v in result.items() if k not in IDS and (v is None or isinstance(v, SCALARS))})
         curves += [
             (run, record["step"], metric, float(value))
             for record in records
@@ -115,19 +126,25 @@ def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs = pd.concat([_table(ids), _table(specs, _spec_order), _table(scalars)], axis=1)
     frame = pd.DataFrame(curves, columns=["run", "step", "metric", "value"])
     curves = frame.astype({"run": "string", "step": "int64", "metric": "string", "value": "float64"})
-    return runs, curves
+    if not probes:
+        return runs, curves, None
+    scores = pd.concat(probes, ignore_index=True)
+    scores = scores[["run", *(c for c in scores.columns if c != "run")]].convert_dtypes()
+    return runs, curves, scores
 
 
 def export(root: str | Path, out: str | Path) -> tuple[list[Path], pd.DataFrame, pd.DataFrame]:
-    """Write runs and curves as CSV and parquet into out; return the files and the tables."""
+    """Write runs, curves (and probes) as CSV and parquet into out; return the files, runs and curves."""
     root, out = Path(root), Path(out)
     if not root.is_dir():
         raise SuiteError(f"{root}: no such directory of runs")
     check_writable(out)  # before reading every run
-    runs, curves = collect(root)
+    runs, curves, probes = collect(root)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, table in (("runs", runs), ("curves", curves)):
+    for name, table in (("runs", runs), ("curves", curves), ("probes", probes)):
+        if table is None:
+            continue
         for suffix, data in ((".csv", table.to_csv(index=False)), (".parquet", _parquet(table))):
             write_atomic(out / f"{name}{suffix}", data)  # a reader never sees half a table
             written.append(out / f"{name}{suffix}")

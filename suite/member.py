@@ -53,6 +53,7 @@ class Member:
     result: dict | None = None  # set once it stops (target held, diverged, budget), or found finished
     diverged: bool = False  # its loss or parameters stopped being finite
     notes: list[str] = field(default_factory=list)  # milestones reached since the last progress line
+    origin: dict = field(default_factory=dict)  # the grid and experiment that asked for it (none: `suite run`)
 
     @classmethod
     def build(cls, spec: dict, device: torch.device, data: TaskData | None = None) -> Member:
@@ -218,6 +219,8 @@ class Member:
             "steps_per_s": step / wall if wall > 0 else None,
             **how,
             "task_info": self.data.info,
+            "grid": self.origin.get("grid"),
+            "experiment": self.origin.get("experiment"),
             "suite_version": suite.__version__,
             "torch_version": torch.__version__,
             "python": platform.python_version(),

@@ -62,17 +62,25 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def train(
-    specs: list[dict], run_dirs: list[Path], device: torch.device, trackers: list | None = None, compile: bool = False
+    specs: list[dict],
+    run_dirs: list[Path],
+    device: torch.device,
+    trackers: list | None = None,
+    compile: bool = False,
+    origins: list[dict] | None = None,
 ) -> list[dict]:
     """Train specs into their run dirs and return their results (each also written to its
     run_dir/result.json). compile: the training step's forward through torch.compile (evaluation
-    stays eager: its shapes vary)."""
+    stays eager: its shapes vary). origins: per spec, the grid and experiment that asked for it,
+    recorded in its result."""
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
     torch.set_flush_denormal(True)
     for spec in specs:  # a grid's check builds its cells on the CPU, so the device's own checks are here
         precision.check(spec["train"]["precision"], device)
     members = [Member.build(spec, device) for spec in specs]  # bad input raises here, before anything is written
+    for m, origin in zip(members, origins or [{}] * len(specs)):
+        m.origin = origin
     trackers = trackers or [None] * len(specs)
     claim(members, run_dirs, trackers)  # finished meanwhile: its result is read
     for m in members:

@@ -33,7 +33,8 @@ PROBE = next(REPO.glob("leaderboards/probes/runs/*/*/result.json"))  # a committ
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    """Two trained runs (one a level deeper), a probe's result, and a result.json that is not one."""
+    """Two trained runs (one a level deeper), one cell of a grid's experiment, a probe's result with
+    its scores, and a result.json that is not one."""
     root = tmp_path_factory.mktemp("export") / "runs"
     assert main(["run", *TINY, "--out", str(root / "a")]) == 0
     assert (
@@ -53,8 +54,15 @@ def root(tmp_path_factory):
         )
         == 0
     )
+    grid = root.parent / "tiny.toml"
+    grid.write_text(
+        'name = "tiny"\n[fixed]\n"train.steps" = 20\np = 11\ntrain_frac = 0.5\nbatch_size = 16\nd = 16\n'
+        'hidden = 32\neval_every = 10\n[[experiment]]\nname = "small-lr"\n[experiment.fixed]\n"opt.lr" = 1e-3\n'
+    )
+    assert main(["grid", str(grid), "--root", str(root / "grid"), "--workers", "1"]) == 0
     (root / "probe").mkdir()
     shutil.copy(PROBE, root / "probe" / "result.json")
+    shutil.copy(PROBE.with_name("probe.csv"), root / "probe" / "probe.csv")
     (root / "torn").mkdir()
     (root / "torn" / "result.json").write_text('{"spec": {"task"')
     return root
@@ -64,7 +72,7 @@ def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, 
     capsys.readouterr()
     assert main(["export", str(root)]) == 0
     out, err = capsys.readouterr()
-    names = ["runs.csv", "runs.parquet", "curves.csv", "curves.parquet"]
+    names = ["runs.csv", "runs.parquet", "curves.csv", "curves.parquet", "probes.csv", "probes.parquet"]
     assert out.splitlines() == [str(root / "export" / name) for name in names]
     warnings = [line for line in err.splitlines() if "warning" in line]
     assert (
@@ -74,8 +82,12 @@ def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, 
     )
 
     runs = pd.read_parquet(root / "export" / "runs.parquet")
-    assert list(runs["run"]) == ["a", "deeper/b", "probe"]
-    assert list(runs["runner"]) == ["train", "train", "probe"]
+    assert list(runs["run"])[:2] == ["a", "deeper/b"] and list(runs["run"])[3] == "probe"
+    assert list(runs["runner"]) == ["train", "train", "train", "probe"]
+    # what asked for each run: the grid and its experiment, nothing for `suite run` and the probe
+    assert list(runs["grid"].fillna("-")) == ["-", "-", "tiny", "-"]
+    assert list(runs["experiment"].fillna("-")) == ["-", "-", "small-lr", "-"]
+    assert list(runs.columns[:5]) == ["run", "runner", "cell_id", "grid", "experiment"]
     for _, row in runs.iterrows():
         result = json.loads((root / row["run"] / "result.json").read_text())
         for kind, block in result["spec"].items():
@@ -90,7 +102,7 @@ def test_one_row_per_run_with_the_spec_flattened_and_the_result_beside_it(root, 
     assert (b["opt.name"], b["opt.lr"], b["task.p"], b["train.steps"], b["seed"]) == ("adamlr", 0.003, 11, 20, 1)
     assert str(runs["task.p"].dtype) == str(runs["steps"].dtype) == "Int64"  # integers beside the probe's missing ones
     assert pd.api.types.is_numeric_dtype(runs["grok_step"])  # even where no run grokked
-    assert runs.loc[2, "task.p"] is pd.NA and "numbers" not in runs  # a probe has no p; nested fields stay out
+    assert runs.loc[3, "task.p"] is pd.NA and "numbers" not in runs  # a probe has no p; nested fields stay out
     assert runs.loc[0, "opt.betas"] == "[0.9, 0.999]"
     assert str(runs["git_commit"].dtype) == str(runs["hostname"].dtype) == "string"  # text even when all null
     assert runs.loc[0, "cell_id"] == cell_id(json.loads((root / "a" / "result.json").read_text())["spec"])
@@ -105,17 +117,29 @@ def test_curves_are_every_metrics_line_in_long_format(root):
     main(["export", str(root), "--out", str(root.parent / "elsewhere")])
     curves = pd.read_parquet(root.parent / "elsewhere" / "curves.parquet")
     assert list(curves.columns) == ["run", "step", "metric", "value"]
-    assert set(curves["run"]) == {"a", "deeper/b"}  # the probe wrote no curves
+    runs = pd.read_parquet(root.parent / "elsewhere" / "runs.parquet")
+    assert set(curves["run"]) == set(runs["run"][runs["runner"] == "train"])  # the probe wrote no curves
     for run in ("a", "deeper/b"):
         records = [json.loads(line) for line in (root / run / "metrics.jsonl").read_text().splitlines()]
         mine = curves[curves.run == run]
         assert list(mine["step"].drop_duplicates()) == [r["step"] for r in records] == [0, 10, 20]
         wide = mine.pivot(index="step", columns="metric", values="value")
+        assert 0 <= wide["elapsed_s"].iloc[0] < wide["elapsed_s"].iloc[-1]  # the clock is a curve too
         for record in records:
             assert {k: v for k, v in record.items() if k != "step"} == pytest.approx(
                 wide.loc[record["step"]].dropna().to_dict()
             )  # step 0 has no train_acc_running
     pd.testing.assert_frame_equal(pd.read_csv(root.parent / "elsewhere" / "curves.csv"), curves, check_dtype=False)
+
+
+def test_probe_scores_are_rows_joined_to_their_run(root):
+    main(["export", str(root), "--out", str(root.parent / "probes")])
+    probes = pd.read_parquet(root.parent / "probes" / "probes.parquet")
+    committed = pd.read_csv(PROBE.with_name("probe.csv"))
+    assert list(probes.columns) == ["run", *committed.columns] and set(probes["run"]) == {"probe"}
+    assert len(probes) == len(committed) and probes["layer"].tolist() == committed["layer"].tolist()
+    assert probes["rho_mean"].astype(float).tolist() == pytest.approx(committed["rho_mean"].tolist())
+    pd.testing.assert_frame_equal(pd.read_csv(root.parent / "probes" / "probes.csv"), probes, check_dtype=False)
 
 
 def test_the_readme_snippet_reads_an_export(root, monkeypatch, capsys):
@@ -125,7 +149,7 @@ def test_the_readme_snippet_reads_an_export(root, monkeypatch, capsys):
     monkeypatch.chdir(root.parent)
     scope = {}
     exec(code, scope)
-    assert set(scope["val_acc"]["run"]) == {"a", "deeper/b"} and "seed" in scope["val_acc"]
+    assert {"a", "deeper/b"} < set(scope["val_acc"]["run"]) and "seed" in scope["val_acc"]
     assert "adamlr" in capsys.readouterr().out
 
 

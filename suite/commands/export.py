@@ -12,7 +12,8 @@ def add(sub) -> None:
         help="every run under ROOT as one table (CSV, parquet), its curves in long format",
         description="Read every result.json under ROOT and write runs.csv / runs.parquet (one row per "
         "run: the spec flattened into columns, the result's scalar fields beside them) and "
-        "curves.csv / curves.parquet (run, step, metric, value). Prints the files written.",
+        "curves.csv / curves.parquet (run, step, metric, value), and probes.csv / probes.parquet "
+        "(number-probe scores per run, data and layer) when there are probe runs. Prints the files written.",
     )
     p.add_argument("root", help="directory searched recursively for result.json")
     p.add_argument("--out", help="where the tables go (default ROOT/export)")
