@@ -57,7 +57,11 @@ def run_cells(
     live = [t for t in trackers if t is not None]  # train() starts them once the specs are known to build
     try:
         if runner:
-            results = [runner.build(spec, rd.path, device) for spec, rd in zip(specs, dirs)]
+            results = []
+            for spec, rd, tracker in zip(specs, dirs, trackers):
+                results.append(runner.build(spec, rd.path, device))
+                if tracker is not None:  # the runner's result, sent once it is written
+                    tracker.finish(results[-1])
         else:
             results = train(specs, [rd.path for rd in dirs], device, trackers, compile, origins)
     except Preempted:

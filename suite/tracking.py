@@ -10,8 +10,11 @@ grouping averages the seeds of one method in one cell, never two methods), job_t
 (optimizer+filter+sampler), config = the full spec plus spec_id, cell_id, method, grid and
 experiment. The summary holds the result's milestones, `grokked` and a numeric
 `time_to_target` (the held grok step, or the budget when the run did not grok, with
-`time_to_target_censored` true), `val_acc` keeps its maximum, and result.json with the curves
-(metrics.jsonl) is logged as an artifact. A W&B workspace that reads like the leaderboard:
+`time_to_target_censored` true), `val_acc` keeps its maximum, and result.json, the curves
+(metrics.jsonl) and their plot (curves.png: train and val accuracy against step) are logged as an
+artifact. A number probe is a W&B run too (job_type = its task): per layer `numbers/rho`,
+`numbers/pls_r2`, ... logged at step = layer, the layer with the best PLS R^2 and its scores in the
+summary, and result.json, probe.csv and its plots as the artifact. A W&B workspace that reads like the leaderboard:
 group by cell_id, color by job_type, chart val_acc against step, sort by time_to_target. The W&B run id is made at
 the run's first start and kept in its run dir (wandb_id.txt), so a preempted and requeued run
 goes on in the same W&B run (resume="allow"), while a fresh run of the same spec (another run
@@ -107,9 +110,8 @@ def time_to_target(result: dict) -> dict:
 
 
 def make_tracker(mode: str, spec: dict, run_dir: str | Path, grid: str | None = None, experiment: str | None = None):
-    """A tracker for train(), or None when tracking is off or nothing is trained (a task with its
-    own runner: its spec has no train settings and no curves)."""
-    if check_mode(mode) == "off" or "train" not in spec:
+    """A tracker for train() or a task's own runner (the number probes), or None when tracking is off."""
+    if check_mode(mode) == "off":
         return None
     if importlib.util.find_spec("wandb") is None:  # said before anything is written
         raise missing_extra(ModuleNotFoundError(name="wandb"))
@@ -123,18 +125,22 @@ class WandbTracker:
         self, mode: str, spec: dict, run_dir: str | Path, grid: str | None = None, experiment: str | None = None
     ):
         self.mode, self.spec, self.run_dir, self.run, self.id_kept = mode, spec, Path(run_dir), None, False
-        task, model, opt = spec["task"]["name"], spec["model"]["name"], spec["opt"]["name"]
-        tags = [task, model, opt, spec["sampler"]["name"], f"seed{spec['seed']}"]
-        if spec["filter"]["name"] != "none":
+        task, model = spec["task"]["name"], spec["model"]["name"]
+        trains = "train" in spec  # else a task with its own runner: no optimizer, no curves
+        opt = spec["opt"]["name"] if trains else "probe"
+        tags = [task, model, *([opt, spec["sampler"]["name"]] if trains else []), f"seed{spec['seed']}"]
+        if trains and spec["filter"]["name"] != "none":
             tags.append(spec["filter"]["name"])
         tags = list(dict.fromkeys(tags + [t for t in (grid, experiment) if t]))
         where = {"grid": grid, "experiment": experiment}
         self.init_args = dict(
             project=os.environ.get("WANDB_PROJECT") or "grokking-suite",
             group=cell_id(spec),
-            job_type=method(spec),
+            job_type=method(spec) if trains else task,
             tags=tags,
-            config=spec | {"spec_id": spec_id(spec), "cell_id": cell_id(spec), "method": method(spec)} | where,
+            config=spec
+            | {"spec_id": spec_id(spec), "cell_id": cell_id(spec), "method": method(spec) if trains else task}
+            | where,
             name=f"{task}-{model}-{opt}-s{spec['seed']}-{spec_id(spec)[:6]}",
             resume="allow",
             mode=mode,
@@ -186,19 +192,54 @@ class WandbTracker:
         if self.run is None:
             self.start()
         self.keep_id()
-        self.run.summary.update({k: result[k] for k in SUMMARY_KEYS if k in result} | time_to_target(result))
+        self.run.summary.update({k: result[k] for k in SUMMARY_KEYS if k in result})
+        if "train" in self.spec:
+            self.run.summary.update(time_to_target(result))
+        else:
+            self._log_probe(result)
         self._log_files()
         self.run.finish(exit_code=0)
         self.run = None
 
+    def _log_probe(self, result: dict) -> None:
+        """Each probed data's scores per layer (step = layer), and its best layer by PLS R^2 in the summary."""
+        for data in ("numbers", "letters"):
+            if not isinstance(result.get(data), dict):
+                continue
+            for row in result[data]["layers"]:
+                scores = {f"{data}/{k}": v["mean"] for k, v in row.items() if isinstance(v, dict)}
+                self.run.log(scores, step=row["layer"])
+            best = result[data]["best"]["by_r2"]
+            self.run.summary.update(
+                {f"{data}/best_layer": best["layer"]}
+                | {f"{data}/best_{k}": v["mean"] for k, v in best.items() if isinstance(v, dict)}
+            )
+
     def _log_files(self) -> None:
+        import tempfile
+
         import wandb
 
         artifact = wandb.Artifact(f"run-{spec_id(self.spec)}", type="result")
-        for name in ("result.json", "metrics.jsonl"):
+        for name in ("result.json", "metrics.jsonl", "probe.csv", "probe_layers.png", "probe_pc1.png"):
             if (self.run_dir / name).exists():
                 artifact.add_file(str(self.run_dir / name), name=name)
-        self.run.log_artifact(artifact)
+        with tempfile.TemporaryDirectory() as tmp:  # the plot goes to W&B only: a run dir holds results
+            if "train" in self.spec and (png := self._curves_png()) is not None:
+                (Path(tmp) / "curves.png").write_bytes(png)
+                artifact.add_file(str(Path(tmp) / "curves.png"), name="curves.png")
+            self.run.log_artifact(artifact)
+
+    def _curves_png(self) -> bytes | None:
+        import pandas as pd
+
+        from suite.leaderboard.plots import plot_accuracy
+        from suite.rundir import RunDir
+
+        records = RunDir(self.run_dir).read_metrics()
+        if not records:
+            return None
+        return plot_accuracy(self.init_args["name"], [(method(self.spec), [pd.DataFrame(records)])])
 
     def close(self, exit_code: int) -> None:
         """End the W&B run after a preemption (3) or a crash (1); a finished run never gets here."""

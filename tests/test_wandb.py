@@ -79,7 +79,7 @@ def offline_run(wandb_dir: Path, run: str) -> dict:
 
 
 def read_offline(path: Path) -> dict:
-    out = {"history": [], "summary": {}, "exit": None, "artifacts": []}
+    out = {"history": [], "summary": {}, "exit": None, "artifacts": [], "artifact_files": []}
     for record in read_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
@@ -95,6 +95,7 @@ def read_offline(path: Path) -> dict:
             out["exit"] = record.exit.exit_code
         elif kind == "artifact":
             out["artifacts"].append(record.artifact.name)
+            out["artifact_files"] += [entry.path for entry in record.artifact.manifest.contents]
     return out
 
 
@@ -316,3 +317,27 @@ def test_the_readme_sweep_drives_suite_run(tmp_path):
     config = offline_run(tmp_path, "agentrun")["config"]
     assert config["spec_id"] == spec_id(spec) and config["method"] == "adamlr+none+random"
     assert config["opt.lr"] == 0.003 and config["opt"] == canonical(spec)["opt"]
+
+
+def test_a_training_run_sends_its_curves_plot_and_a_probe_run_its_scores_per_layer(tmp_path):
+    env = {"WANDB_DIR": str(tmp_path), **OFFLINE, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = run_cli("run", *TINY, "--out", tmp_path / "train", env=env)
+    assert proc.returncode == 0, proc.stderr
+    trained = offline_run(tmp_path, kept_id(tmp_path / "train"))
+    assert sorted(trained["artifact_files"]) == ["curves.png", "metrics.jsonl", "result.json"]
+    probe = ["--task", "number_probe", "--model", "minilm", "--set", "runs=2", "--set", "per_group=8"]
+    proc = run_cli("run", *probe, "--out", tmp_path / "probe", env=env)
+    assert proc.returncode == 0, proc.stderr
+    run = offline_run(tmp_path, kept_id(tmp_path / "probe"))
+    result = json.loads((tmp_path / "probe" / "result.json").read_text())
+    assert run["run"].job_type == "number_probe" and run["config"]["model"] == {
+        "name": "minilm",
+        **result["spec"]["model"],
+    }
+    rho = [h["numbers/rho"] for h in run["history"] if "numbers/rho" in h]
+    assert rho == [row["rho"]["mean"] for row in result["numbers"]["layers"]]  # step = layer, 0..6
+    best = result["numbers"]["best"]["by_r2"]
+    assert run["summary"]["numbers/best_layer"] == best["layer"]
+    assert run["summary"]["numbers/best_pls_r2"] == best["pls_r2"]["mean"]
+    assert run["artifacts"] == [f"run-{result['run_id']}"] and run["exit"] == 0
+    assert sorted(run["artifact_files"]) == ["probe.csv", "probe_layers.png", "probe_pc1.png", "result.json"]
