@@ -116,3 +116,15 @@ def metrics_text(run_dir) -> str:
     one spec agree on byte for byte."""
     lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     return "".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "elapsed_s"}) + "\n" for line in lines)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: where a stack's members equal their separate runs bit for
+    bit (README, "Exactness"); a module asks for it with pytest.mark.usefixtures("one_thread")."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -14,20 +14,12 @@ from suite.errors import SuiteError
 from suite.spec import resolve
 from suite.train import Preempted, resolve_device, train
 
-pytestmark = pytest.mark.device
+pytestmark = [pytest.mark.device, pytest.mark.usefixtures("one_thread")]
 DEVICE = resolve_device(os.environ.get("SUITE_TEST_DEVICE", "cpu"))
 CPU = torch.device("cpu")
 SMALL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "train.steps": 60, "eval_every": 10}
 MLP = {"d": 16, "hidden": 32}
 LOSSES = ("train_loss", "val_loss")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _records(run_dir) -> list[dict]:

@@ -20,12 +20,7 @@ MLP = {"d": 16, "hidden": 32}
 BF16 = {"train.precision": "bf16"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _records(run_dir: Path) -> list[dict]:
