@@ -6,6 +6,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+import zipfile
 
 import pytest
 from conftest import REPO
@@ -118,3 +119,32 @@ def test_the_wheel_records_its_version_and_the_commit_it_was_built_from(installe
     out = subprocess.run([python, "-c", code], cwd=work, capture_output=True, text=True, check=True).stdout.split()
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert out == [version, head.stdout.strip(), "None"]
+
+
+def test_a_wheel_built_from_the_sdist_keeps_the_commit_the_sdist_was_made_from(tmp_path):
+    """The sdist carries the build backend and the stamp; unpacked anywhere (even inside another
+    git repository) it builds a wheel that names the checkout's commit, not that repository's."""
+    hooks = (
+        "import sys; sys.path.insert(0, 'suite/_build'); import commit_stamp; "
+        "print(commit_stamp.build_sdist(sys.argv[1]))"
+    )
+    name = subprocess.run(
+        [sys.executable, "-c", hooks, tmp_path], cwd=REPO, capture_output=True, text=True, check=True, timeout=300
+    ).stdout.split()[-1]
+    other = tmp_path / "other-repo"
+    subprocess.run(["git", "init", "-q", other], check=True)
+    commit = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "theirs"]
+    subprocess.run(commit, cwd=other, check=True)
+    subprocess.run(["tar", "xzf", tmp_path / name, "-C", other], check=True)
+    (unpacked,) = other.glob("grokking_suite-*")
+    assert (unpacked / "suite" / "_build" / "commit_stamp.py").exists()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, unpacked],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("grokking_suite-*.whl")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    with zipfile.ZipFile(wheel) as built:
+        assert built.read("suite/COMMIT").decode().strip() == head.stdout.strip()

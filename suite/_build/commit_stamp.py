@@ -12,6 +12,8 @@ STAMP = Path(__file__).resolve().parents[1] / "COMMIT"
 
 
 def _stamp() -> None:
+    if not (STAMP.parents[1] / ".git").exists():  # an unpacked sdist, wherever it lies: keep its stamp
+        return
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=STAMP.parent, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
