@@ -34,17 +34,12 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY":
 
 
 def run_cells(
-    specs: list[dict],
-    run_dirs: list[Path],
-    device,
-    trackers: list | None = None,
-    compile: bool = False,
-    origins: list[dict] | None = None,
+    specs: list[dict], run_dirs: list[Path], device, trackers=None, compile=False, origins=None
 ) -> list[dict]:
     """train() plus what every entry point needs: a crash leaves error.json (status 'failed')
     in each unfinished run dir, a finished run clears it, and the W&B runs are closed whatever
     happens. A task that trains nothing (the number probes) runs its registered runner,
-    spec after spec, instead of the training loop."""
+    spec after spec, instead of the training loop. trackers, origins: per spec, or None."""
     from suite.spec import runner_of_task
     from suite.train import Preempted, train
 
@@ -106,15 +101,9 @@ def run_pending(
         print(f"already finished: {names[i]}", file=sys.stderr)
     if not todo:
         return []
-    origins = origins or [{}] * len(specs)
-    return run_cells(
-        [specs[i] for i in todo],
-        [run_dirs[i] for i in todo],
-        device,
-        [tracker_of(i) for i in todo],
-        compile,
-        [origins[i] for i in todo],
-    )
+    pick = lambda items: [items[i] for i in todo]  # noqa: E731
+    trackers = [tracker_of(i) for i in todo]
+    return run_cells(pick(specs), pick(run_dirs), device, trackers, compile, pick(origins or [{}] * len(specs)))
 
 
 def statuses(cells: list[Cell], root: str | Path) -> list[str]:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY_FIXED, run_cli
+from conftest import TINY_FIXED, metrics_text, run_cli
 
 from suite import TaskData, register_task
 from suite.cli import main
@@ -28,16 +28,8 @@ TINY = {
 }
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def metrics(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in metrics_text(run_dir).splitlines()]
 
 
 def test_a_run_that_blows_up_stops_as_diverged_with_its_last_finite_metrics(tmp_path):

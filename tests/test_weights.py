@@ -31,12 +31,7 @@ CELL = {
 CHOICES = {"opt": "adamlr"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # members equal their separate runs bit for bit
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # members equal their separate runs bit for bit
 
 
 def test_a_run_keeps_its_weights_at_each_milestone_and_the_loaded_model_is_the_run(tmp_path):
