@@ -302,7 +302,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     assert local.returncode == 0, local.stderr
     for cell, rd in zip(cells, dirs):
         here = RunDir(cell.run_dir(local_root))
-        assert metrics_text(rd) == metrics_text(here)
+        assert metrics_text(rd.path) == metrics_text(here.path)
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
         timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size", "created_utc"}  # not what
         assert {k: v for k, v in ours.items() if k not in timing} == {
