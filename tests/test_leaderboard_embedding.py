@@ -178,7 +178,7 @@ def test_weight_decay_figure_needs_three_lambdas_and_fits_the_slope(tmp_path, fi
     write_wd_sweep(tmp_path / "runs", (1e-4, 1e-3, 3e-3, 1e-2))
     col = collect(tmp_path / "runs")
     page = Page(col, cell_tables(col))
-    ((heading, label, suffix, fig),) = study.weight_decay_x_frequency(page)
+    ((heading, label, suffix, fig, _),) = study.weight_decay_x_frequency(page)
     assert suffix == "wd_frequency"
     grok, norm = fig.axes[:2]
     assert grok.get_xscale() == grok.get_yscale() == "log"
@@ -194,9 +194,11 @@ def test_weight_decay_figure_is_written_at_the_end_of_the_page(tmp_path):
     written = generate(tmp_path / "runs", tmp_path / "out")
     assert "modular-mlp/weight_decay.wd_frequency.png" in written
     page = (tmp_path / "out/modular-mlp.md").read_text()
-    assert page.rstrip().endswith(
-        "## Weight decay x token frequency\n\n![wd_frequency](modular-mlp/weight_decay.wd_frequency.png)"
+    last = page[page.rindex("\n## ") + 1 :]
+    assert last.startswith(
+        "## Weight decay x token frequency\n\n![wd_frequency](modular-mlp/weight_decay.wd_frequency.png)\n\nPredicted:"
     )
+    assert last.rstrip().splitlines()[-1].startswith("| adam | 0.0001, 0.001, 0.003 | 0/3, 3/3, 3/3 |")
 
 
 def test_the_slope_leaves_out_rows_where_only_some_seeds_grokked(tmp_path, figures):
@@ -204,6 +206,43 @@ def test_the_slope_leaves_out_rows_where_only_some_seeds_grokked(tmp_path, figur
         for seed, grok in enumerate(groks):
             write_run(tmp_path, seed, wd=wd, grok_step=grok)
     col = collect(tmp_path)
-    ((_, _, _, fig),) = study.weight_decay_x_frequency(Page(col, cell_tables(col)))
+    ((_, _, _, fig, text),) = study.weight_decay_x_frequency(Page(col, cell_tables(col)))
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == ["adam (slope 1.00)"]  # 1/3 at 4e-3 would pull it to ~3
+    # the table says the same, and every seed of a level alike leaves no width to the interval; the
+    # rare norm stays 1.0 whatever lambda, so norm x lambda grows as lambda (slope 1, not flat)
+    assert (
+        "| adam | 0.001, 0.002, 0.004 | 3/3, 3/3, 1/3 | 1.00 [1.00, 1.00] | 1.00 [1.00, 1.00] | 0.50 [0.50, 0.50] |"
+        in text
+    )
+
+
+def test_slope_interval_resamples_each_levels_seeds():
+    assert study.slope_interval([1, 2], [[5, 5], [10, 10]]) == pytest.approx((1.0, 1.0))
+    assert all(math.isnan(v) for v in study.slope_interval([1, 1], [[5], [10]]))
+    # medians at x = 1 range over 1..4 and at x = 2 are 4: slopes from log(4/4) to log(4/1) / log 2 = 2
+    low, high = study.slope_interval([1, 2], [[1, 4], [4, 4]])
+    assert low == pytest.approx(0.0) and high == pytest.approx(2.0)
+
+
+def test_weight_decay_table_gives_both_slopes_with_intervals_and_the_norm_ratio(tmp_path):
+    def norms(wd):
+        rare = equilibrium_norm(wd)
+        return lambda step, seed: rare(step, seed) | {"emb_norm_frequent": 2 * rare(step, seed)["emb_norm_rare"]}
+
+    for wd in (1e-3, 2e-3, 4e-3):
+        for seed in (0, 1, 2):
+            write_run(tmp_path / "runs", seed, wd=wd, grok_step=round(0.3 / wd) + 50 * seed, extra=norms(wd))
+    generate(tmp_path / "runs", tmp_path / "out")
+    page = (tmp_path / "out/modular-mlp.md").read_text()
+    header = "| rows | weight decays | grokked | grok step vs 1 / lambda: slope | rare norm x lambda vs lambda: slope |"
+    assert header in page
+    (line,) = [x for x in page.splitlines() if x.startswith("| adam |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:3] == ["0.001, 0.002, 0.004", "3/3, 3/3, 3/3"]
+    grok_slope = study.log_log_slope([1e3, 500, 250], [350, 200, 125])  # medians: 300 / 150 / 75 + 50
+    assert cells[3].startswith(f"{grok_slope:.2f} [")
+    # norm x lambda is 0.5, 0.55, 0.7 over the seeds at every lambda: flat, and the interval holds 0
+    low, high = (float(v) for v in cells[4].removeprefix("0.00 [").removesuffix("]").split(", "))
+    assert low < 0 < high
+    assert cells[5] == "0.50 [0.50, 0.50]"

@@ -150,10 +150,10 @@ def _pair_page(files: Files, col: Collection, task: str, model: str, rows: pd.Da
         images = _cell_plots(files, cell, f"{name}/{slug(label, taken)}")
         lines.append("\n".join(f"![{alt}]({path})" for alt, path in images) + "\n" if images else "")
     for s in registered("page"):
-        for heading, label, suffix, png in s.fn(Page(col, rows)):
+        for heading, label, suffix, png, text in s.fn(Page(col, rows)):
             path = files.add(f"{name}/{slug(label, taken)}.{suffix}.png", png)
             if path:
-                lines.append(f"## {heading}\n\n![{suffix}]({path})\n")
+                lines.append(f"## {heading}\n\n![{suffix}]({path})\n" + (f"\n{text}" if text else ""))
     files.add(f"{name}.md", "\n".join(line for line in lines if line))
     files.add(f"{name}.csv", write_csv(pd.DataFrame(csv_rows, columns=CSV_COLUMNS)))
     methods, cells = rows["method"].nunique(), rows["cell_id"].nunique()

@@ -7,8 +7,9 @@ Three places a section can go:
 - "cell": fn(cell: Cell) -> [(alt text, file suffix, PNG bytes or None)]. Figures under each
   cell's table on the task/model pages, after the accuracy and embedding-norm plots, written
   to <page>/<cell>.<suffix>.png (None: nothing to show for this cell).
-- "page": fn(page: Page) -> [(heading, label, file suffix, PNG bytes)]. Sections at the end of
-  each task/model page: "## heading" and the figure, written to <page>/<label>.<suffix>.png.
+- "page": fn(page: Page) -> [(heading, label, file suffix, PNG bytes, markdown)]. Sections at the
+  end of each task/model page: "## heading", the figure, written to <page>/<label>.<suffix>.png,
+  and the markdown under it ("" for none: a table of what the figure shows, with its intervals).
 - "board": fn(board: Board) -> lines for index.md. Pages of its own, from every result of its
   runner (board.results), written with board.files.add(rel, data); called only when the runs
   hold such results.

@@ -10,7 +10,9 @@ measured it:
 - "wd_frequency" at the end of a task/model page whose rows differ only in opt.weight_decay
   (three positive values or more): the paper's Sec. 4.1 / 4.3 predictions, an embedding row
   at equilibrium ~ p_i / lambda (so norm x lambda is flat in lambda) and grok time
-  >= (1 / lambda) ln(C / eps) (so grok step ~ 1 / lambda, slope 1 on log-log axes).
+  >= (1 / lambda) ln(C / eps) (so grok step ~ 1 / lambda, slope 1 on log-log axes); under the
+  figure, a table of both slopes with their 95% bootstrap intervals, so a verdict on either
+  prediction rests on an interval.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import numpy as np
 import pandas as pd
 
 from suite.leaderboard.collect import settings_key
+from suite.leaderboard.compare import LEVEL, RESAMPLES
 from suite.leaderboard.plots import _curves, figure, style, to_png
 from suite.leaderboard.sections import Cell, Page, section
+from suite.leaderboard.tables import md_table
 
 FREQUENCY_GROUPS = ("rare", "middle", "frequent")  # tasks/zipf_text.py's val_groups
 
@@ -121,6 +125,26 @@ def log_log_slope(x, y) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def slope_interval(x, samples: list) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of log_log_slope(x, the medians of samples): each level's
+    values (its seeds) resampled on their own and the slope refitted, with compare.py's resample
+    count and seed, so the table is the same on every machine. nan with fewer than two levels."""
+    if len(set(x)) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(0)
+    medians = np.stack(
+        [np.median(np.asarray(s, dtype=float)[rng.integers(0, len(s), (RESAMPLES, len(s)))], axis=1) for s in samples],
+        axis=1,
+    )
+    lx = np.log(np.asarray(x, dtype=float))
+    lx = lx - lx.mean()
+    ly = np.log(medians)
+    slopes = (ly - ly.mean(axis=1, keepdims=True)) @ lx / (lx @ lx)
+    tail = (1 - LEVEL) / 2
+    lo, hi = np.quantile(slopes, [tail, 1 - tail], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
 def last_value(frame: pd.DataFrame | None, column: str) -> float:
     if frame is None or column not in frame or not frame[column].notna().any():
         return math.nan
@@ -138,9 +162,9 @@ def weight_decay_groups(page: Page) -> list[tuple[str, pd.DataFrame]]:
             continue
         rest = settings_key({k: v for k, v in r.settings.items() if k != "opt.weight_decay"})
         runs = col.runs[(col.runs["cell_id"] == r.cell_id) & (col.runs["method_id"] == r.method_id)]
-        scaled = [
-            v * wd for v in (last_value(col.metrics.get(d), "emb_norm_rare") for d in runs["dir"]) if not math.isnan(v)
-        ]
+        rare = [last_value(col.metrics.get(d), "emb_norm_rare") for d in runs["dir"]]
+        frequent = [last_value(col.metrics.get(d), "emb_norm_frequent") for d in runs["dir"]]
+        scaled = [v * wd for v in rare if not math.isnan(v)]
         where = col.cell_label(col.cells[r.cell_id])
         labels.setdefault(
             (r.cell_id, rest),
@@ -154,6 +178,9 @@ def weight_decay_groups(page: Page) -> list[tuple[str, pd.DataFrame]]:
                 "grok_max": r.grok_max,
                 "grokked": r.grokked,
                 "seeds": r.seeds,
+                "times": r.times,
+                "norms_x_wd": scaled,
+                "rare_over_frequent": [a / b for a, b in zip(rare, frequent) if b > 0 and not math.isnan(a)],
                 "budget": r.budget,
                 "norm_x_wd_median": float(np.median(scaled)) if scaled else math.nan,
                 "norm_x_wd_min": min(scaled, default=math.nan),
@@ -177,13 +204,15 @@ def weight_decay_x_frequency(page: Page) -> list:
         return []
     fig = figure(figsize=(12, 4.8 + 0.25 * len(groups)))
     grok, norm = fig.subplots(1, 2)
+    table = []
     for i, (label, df) in enumerate(groups):
         look = style(i)
         ok = df[df["grokked"] > 0]
         # Only rows where every seed grokked: a median over the grokked seeds alone would sit low;
         # a target held from step 0 has no logarithm.
-        fit = ok[(ok["grokked"] == ok["seeds"]) & (ok["grok_median"] > 0)]
+        fit = ok[(ok["grokked"] == ok["seeds"]) & (ok["grok_min"] > 0)]
         slope = log_log_slope(1 / fit["wd"], fit["grok_median"])
+        table.append(slopes_row(label, df, fit, slope))
         grok.errorbar(
             1 / ok["wd"],
             ok["grok_median"],
@@ -215,7 +244,47 @@ def weight_decay_x_frequency(page: Page) -> list:
         )
     _label_wd_axes(grok, norm, all(df["norm_x_wd_median"].isna().all() for _, df in groups))
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
-    return [("Weight decay x token frequency", "weight decay", "wd_frequency", to_png(fig))]
+    text = (
+        "Predicted: grok step ~ 1 / lambda (slope 1) and rare-token norm x lambda flat in lambda (slope 0). "
+        "Slopes are least-squares fits of the median over seeds on log-log axes, the grok step's only over the "
+        "weight decays where every seed grokked; [95% bootstrap interval], each weight decay's seeds resampled "
+        "on their own. A prediction is contradicted where its interval excludes it. Last rare / frequent: "
+        "each run's last rare-quarter over frequent-quarter embedding norm, median [min, max] over the runs.\n\n"
+        + md_table(WD_TABLE_HEADER, table, right={3, 4, 5})
+    )
+    return [("Weight decay x token frequency", "weight decay", "wd_frequency", to_png(fig), text)]
+
+
+WD_TABLE_HEADER = [
+    "rows",
+    "weight decays",
+    "grokked",
+    "grok step vs 1 / lambda: slope",
+    "rare norm x lambda vs lambda: slope",
+    "last rare / frequent norm",
+]
+
+
+def slopes_row(label: str, df: pd.DataFrame, fit: pd.DataFrame, grok_slope: float) -> list[str]:
+    """A group's line of the weight-decay table: both slopes with their intervals, the norm ratio."""
+    normed = df[df["norm_x_wd_median"].notna()]
+    norm_slope = log_log_slope(normed["wd"], normed["norm_x_wd_median"])
+    ratios = [v for vs in df["rare_over_frequent"] for v in vs]
+    return [
+        label,
+        ", ".join(f"{wd:g}" for wd in df["wd"]),
+        ", ".join(f"{g}/{n}" for g, n in zip(df["grokked"], df["seeds"])),
+        slope_text(grok_slope, slope_interval(1 / fit["wd"], list(fit["times"]))),
+        slope_text(norm_slope, slope_interval(normed["wd"], list(normed["norms_x_wd"]))),
+        f"{np.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]" if ratios else "-",
+    ]
+
+
+def slope_text(slope: float, interval: tuple[float, float]) -> str:
+    def text(v: float) -> str:
+        return f"{round(v, 2) + 0.0:.2f}"  # + 0.0: a flat fit's -1e-17 prints as 0.00, not -0.00
+
+    return "-" if math.isnan(slope) else f"{text(slope)} [{text(interval[0])}, {text(interval[1])}]"
 
 
 def _label_wd_axes(grok, norm, no_norms: bool) -> None:

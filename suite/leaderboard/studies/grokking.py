@@ -83,7 +83,7 @@ def sampling(page: Page) -> list:
             continue
         label, order = label_of(entries), split_order(tasks[where])
         figures.append(
-            (f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), order))
+            (f"Sampling: {label}", label, "sampling", plot_sampling(label, df, int(df["budget"].min()), order), "")
         )
         if current[where] and (probs := split_tokens(tasks[where])) and len(probs) > 1:
             figures.append(
@@ -92,6 +92,7 @@ def sampling(page: Page) -> list:
                     label,
                     "split_tokens",
                     plot_split_tokens(f"{label} (the split of seed 0)", probs),
+                    "",
                 )
             )
     return figures
