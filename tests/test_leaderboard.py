@@ -443,7 +443,7 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
 
     @sections.section("page")
     def extra(page):
-        return [("Extra: everything", "everything", "extra", f"{len(page.rows)} rows".encode())]
+        return [("Extra: everything", "everything", "extra", f"{len(page.rows)} rows".encode(), "| a | table |\n")]
 
     @sections.section("board", runner="toy")
     def toy_page(board):
@@ -455,7 +455,7 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
     page = (out / "modular-mlp.md").read_text()
     assert (
         "![seeds](modular-mlp/all.seeds.png)" in page
-        and "## Extra: everything\n\n![extra](modular-mlp/everything.extra.png)" in page
+        and "## Extra: everything\n\n![extra](modular-mlp/everything.extra.png)\n\n| a | table |\n" in page
     )
     assert (out / "modular-mlp/all.seeds.png").read_text() == "2 seeds of modular / mlp"
     assert (out / "modular-mlp/everything.extra.png").read_text() == "1 rows"
