@@ -62,6 +62,49 @@ def test_one_root_compares_the_methods_its_filters_keep(tmp_path):
     assert (row["method_a"], row["method_b"], float(row["speedup"])) == ("adam", "adamw", 2.0)
 
 
+def test_filters_on_a_cell_setting_compare_each_method_with_itself_across_cells(tmp_path):
+    # embed_init 1 grokks at 600, 0.03 at 300, for adam and adamw alike; a third cell (op mul) differs
+    # in a setting the filters do not name, so nothing meets it
+    for seed in range(5):
+        for opt in ("adam", "adamw"):
+            write_run(tmp_path / "r", seed, opt=opt, grok_step=600, model={"embed_init": 1.0})
+            write_run(tmp_path / "r", seed, opt=opt, grok_step=300, model={"embed_init": 0.03})
+        write_run(tmp_path / "r", seed, grok_step=300, model={"embed_init": 0.03}, task={"op": "mul"})
+    args = ["compare", str(tmp_path / "r"), "--a", "model.embed_init=1", "--b", "model.embed_init=0.03"]
+    assert main([*args, "--out", str(tmp_path / "o")]) == 0
+    rows = _rows(tmp_path / "o")
+    assert sorted((r["method_a"], r["method_b"]) for r in rows) == [
+        ("adam model.embed_init=1.0", "adam model.embed_init=0.03"),
+        ("adamw model.embed_init=1.0", "adamw model.embed_init=0.03"),
+    ]
+    # a model setting leaves each seed's data alike: paired, 5 pairs all one way, p = 2 / 2^5
+    for row in rows:
+        assert float(row["speedup"]) == 2.0 and row["paired"] == "True" and row["verdict"] == "faster"
+        assert math.isclose(float(row["p_value"]), 2 / 32)
+
+
+def test_cells_of_different_task_settings_are_not_paired(tmp_path):
+    for seed in range(5):
+        write_run(tmp_path / "r", seed, grok_step=600, task={"skew": 0})
+        write_run(tmp_path / "r", seed, grok_step=300, task={"skew": 3})
+    args = ["compare", str(tmp_path / "r"), "--a", "task.skew=0", "--b", "task.skew=3", "--out", str(tmp_path / "o")]
+    assert main(args) == 0
+    (row,) = _rows(tmp_path / "o")
+    # a seed draws other pairs under another skew: unpaired, the rank sum's extreme 2 of C(10, 5)
+    assert row["paired"] == "False" and math.isclose(float(row["p_value"]), 2 / 252)
+
+
+def test_a_cell_setting_both_filters_name_alike_only_narrows_both_sides(tmp_path):
+    for seed in range(5):
+        for op, slow in (("add", 600), ("mul", 900)):
+            write_run(tmp_path / "r", seed, opt="adam", grok_step=slow, task={"op": op})
+            write_run(tmp_path / "r", seed, opt="adamw", grok_step=300, task={"op": op})
+    args = ["compare", str(tmp_path / "r"), "--a", "opt.name=adam", "--a", "task.op=mul"]
+    assert main([*args, "--b", "opt.name=adamw", "--b", "task.op=mul", "--out", str(tmp_path / "o")]) == 0
+    (row,) = _rows(tmp_path / "o")
+    assert (row["method_a"], row["method_b"], float(row["speedup"])) == ("adam", "adamw", 3.0)
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

@@ -71,11 +71,33 @@ def test_each_committed_leaderboard_regenerates_from_its_committed_runs(name, tm
     # the tables beside them must be exactly what the leaderboard makes of those files.
     committed = REPO / "leaderboards" / name
     run_leaderboard(tmp_path, root=f"leaderboards/{name}/runs")
-    expected = {k: v for k, v in files(committed, TABLES).items() if not k.startswith("runs/") and k != "README.md"}
+    generated_elsewhere = ("runs/", "compare/")  # compare/: `suite compare` pages, checked below
+    expected = {
+        k: v for k, v in files(committed, TABLES).items() if not k.startswith(generated_elsewhere) and k != "README.md"
+    }
     got = files(tmp_path, TABLES)
     assert sorted(got) == sorted(expected)
     for table in expected:
         assert got[table] == expected[table], f"leaderboards/{name}/{table} is not what its runs give"
+
+
+COMPARISONS = sorted(
+    p.parent.relative_to(REPO).as_posix() for p in (REPO / "leaderboards").glob("*/compare/*/compare.md")
+)
+
+
+@pytest.mark.parametrize("where", COMPARISONS)
+def test_each_committed_comparison_regenerates_from_the_command_in_its_header(where, tmp_path):
+    committed = REPO / where
+    line = committed.joinpath("compare.md").read_text().splitlines()[2]
+    assert line.startswith("`python -m suite compare ") and line.endswith("`")
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        assert main([*line.strip("`").split()[3:], "--out", str(tmp_path)]) == 0
+    finally:
+        os.chdir(cwd)
+    assert files(tmp_path) == files(committed), f"{where} is not what its command gives"
 
 
 def test_every_committed_leaderboard_keeps_its_runs():

@@ -20,20 +20,29 @@ STEPS, EVERY = 1000, 100
 
 
 def write_run(
-    root: Path, seed: int, opt: str = "adam", wd: float = 1e-3, grok_step: int | None = 300, extra=lambda step, seed: {}
+    root: Path,
+    seed: int,
+    opt: str = "adam",
+    wd: float = 1e-3,
+    grok_step: int | None = 300,
+    extra=lambda step, seed: {},
+    task: dict | None = None,
+    model: dict | None = None,
 ) -> None:
     """A synthetic training run: spec, result and one metrics record per evaluation (and one at
-    the grok step), the record's extra columns given by extra(step, seed)."""
+    the grok step), the record's extra columns given by extra(step, seed); task and model: settings
+    beside the defaults."""
     spec = {
-        "task": {"name": "modular", "p": 23},
-        "model": {"name": "mlp"},
+        "task": {"name": "modular", "p": 23, **(task or {})},
+        "model": {"name": "mlp", **(model or {})},
         "opt": {"name": opt, "lr": 0.001, "weight_decay": wd},
         "filter": {"name": "none"},
         "sampler": {"name": "random", "batch_size": 64},
         "train": {"steps": STEPS, "eval_every": EVERY, "memorization": 0.99, "target": 0.95, "hold": 0},
         "seed": seed,
     }
-    run = root / f"{opt}-wd{wd:g}" / f"seed{seed}"
+    cell = "".join(f"-{k}{v}" for k, v in {**(task or {}), **(model or {})}.items())
+    run = root / f"{opt}-wd{wd:g}{cell}" / f"seed{seed}"
     run.mkdir(parents=True)
     (run / "spec.json").write_text(json.dumps(spec))
     (run / "result.json").write_text(

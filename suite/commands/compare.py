@@ -9,11 +9,13 @@ from pathlib import Path
 def add(sub) -> None:
     p = sub.add_parser(
         "compare",
-        help="two result roots (two commits, two machines) or two methods of one root: per cell, each side's "
+        help="two result roots (two commits, two machines), or two methods or two cells of one root: each side's "
         "time to target, the speed-up of B over A with its interval, p-value and verdict",
         description="Two roots: each cell's method in A meets the same method in B. One root: --a and --b "
-        "filters say which methods are A and which B (e.g. --a opt.name=adam --b opt.name=adamlr). Prints a "
-        "markdown table; --out also writes compare.md and compare.csv.",
+        "filters say which methods are A and which B (e.g. --a opt.name=adam --b opt.name=adamlr), or, on a "
+        "cell's settings, which cells (--a model.embed_init=0.03 --b model.embed_init=1: each method against "
+        "itself in the cell that differs only there). Prints a markdown table; --out also writes compare.md "
+        "and compare.csv.",
     )
     p.add_argument("root_a", help="a directory searched recursively for result.json")
     p.add_argument("root_b", nargs="?", help="another (default: root_a, with --a / --b telling the methods apart)")

@@ -1,12 +1,17 @@
 """Two sets of runs side by side (`suite compare`): two result roots (two commits, two machines),
-or two methods within one root. Per cell, each side's time to target (the median held grok step,
-a failed seed counting as infinity) with its bootstrap interval, the speed-up of B over A
-(A's median / B's) with its interval and exact p-value, and a verdict: the rules of
-suite/leaderboard/compare.py, paired by seed when both sides ran the same seeds.
+two methods within one root, or one method in two cells of one root. Per pair, each side's time
+to target (the median held grok step, a failed seed counting as infinity) with its bootstrap
+interval, the speed-up of B over A (A's median / B's) with its interval and exact p-value, and a
+verdict: the rules of suite/leaderboard/compare.py.
 
 Two roots: a cell's method on one side meets the same method (the same settings) on the other.
-One root with `--a` / `--b` filters: every method the A filter keeps meets every method the B
-filter keeps, in each cell. A side's runs are judged within the smaller of the two budgets.
+One root with `--a` / `--b` filters on method settings (opt.name=adam): every method the A filter
+keeps meets every method the B filter keeps, in each cell. Filters on a cell's settings
+(model.embed_init=0.03, task.skew=3) compare across cells: a method in a cell A keeps meets the
+same method in each cell B keeps that differs only in the filtered settings. A side's runs are
+judged within the smaller of the two budgets. Seeds are paired when both sides ran the same seeds
+on the same data: the same task settings (a seed draws the split from them), so two cells that
+differ in a model setting pair, two that differ in the task's do not.
 """
 
 from __future__ import annotations
@@ -84,28 +89,49 @@ def _times(group: dict, budget: int) -> tuple[list, list]:
 
 
 def compare(a: Side, b: Side) -> pd.DataFrame:
-    """One row per pair of methods that meet in a cell (see the module)."""
+    """One row per pair of groups that meet (see the module)."""
     groups_a, groups_b = _groups(a), _groups(b)
     same_root = Path(a.root).resolve() == Path(b.root).resolve()
+    # cell settings the two filters set apart (one named on both sides alike only narrows both)
+    cell_keys = {k for g in [*groups_a.values(), *groups_b.values()] for k in g["cell"]}
+    across = {k for k in a.where.keys() | b.where.keys() if k in cell_keys and a.where.get(k) != b.where.get(k)}
     rows = []
     for (cell_key, method_key), ga in groups_a.items():
         for (cell_key_b, method_key_b), gb in groups_b.items():
-            if cell_key_b != cell_key or (method_key_b != method_key) == (not same_root):
-                continue
-            rows.append(_row(ga, gb))
+            if across:
+                meet = (
+                    method_key_b == method_key
+                    and cell_key_b != cell_key
+                    and _outside(ga["cell"], across) == _outside(gb["cell"], across)
+                )
+            else:
+                meet = cell_key_b == cell_key and (method_key_b != method_key) != (not same_root)
+            if meet:
+                rows.append(_row(ga, gb, across))
     if not rows:
         raise SuiteError(
             "no cell where both sides ran"
-            + (" (one root: give --a and --b filters that keep different methods)" if same_root else "")
+            + (" (one root: give --a and --b filters that keep different methods or cells)" if same_root else "")
         )
-    return pd.DataFrame(rows)
+    order = ["task", "model", "cell", "method_a", "method_b"]
+    return pd.DataFrame(rows).sort_values(order, kind="stable", ignore_index=True)
 
 
-def _row(ga: dict, gb: dict) -> dict:
+def _outside(settings: dict, keys: set) -> dict:
+    return {k: v for k, v in settings.items() if k not in keys}
+
+
+def _same_data(cell_a: dict, cell_b: dict) -> bool:
+    return {k: v for k, v in cell_a.items() if k.startswith("task.")} == {
+        k: v for k, v in cell_b.items() if k.startswith("task.")
+    }
+
+
+def _row(ga: dict, gb: dict, across: set) -> dict:
     budget = min(r[1] for r in ga["runs"] + gb["runs"])
     seeds_a, times_a = _times(ga, budget)
     seeds_b, times_b = _times(gb, budget)
-    paired = seeds_a == seeds_b
+    paired = seeds_a == seeds_b and _same_data(ga["cell"], gb["cell"])
     low, high = speedup_interval(times_a, times_b, paired)
     a_low, a_high = median_interval(times_a)
     b_low, b_high = median_interval(times_b)
@@ -115,8 +141,8 @@ def _row(ga: dict, gb: dict) -> dict:
         "task": ga["cell"]["task.name"],
         "model": ga["cell"]["model.name"],
         "cell": cell_label,
-        "method_a": ga["labels"][1],
-        "method_b": gb["labels"][1],
+        "method_a": _label(ga, across),
+        "method_b": _label(gb, across),
         "budget": budget,
         "seeds_a": len(times_a),
         "seeds_b": len(times_b),
@@ -133,6 +159,19 @@ def _row(ga: dict, gb: dict) -> dict:
         "p_value": permutation_p(times_a, times_b, paired),
         "verdict": verdict(low, high, min(len(times_a), len(times_b))),
     }
+
+
+def _label(group: dict, across: set) -> str:
+    """The method, and for a comparison across cells the side's values of the filtered settings."""
+    cell = group["cell"]
+    return group["labels"][1] + "".join(f" {k}={cell[k]}" for k in sorted(across) if k in cell)
+
+
+def command(a: Side, b: Side) -> str:
+    """The command that makes this comparison (the page's header records it, to regenerate it)."""
+    roots = f"{a.root}" + (f" {b.root}" if Path(b.root) != Path(a.root) else "")
+    filters = [f"--{flag} {k}={v}" for flag, s in (("a", a), ("b", b)) for k, v in s.where.items()]
+    return " ".join(["python -m suite compare", roots, *filters])
 
 
 def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
@@ -163,10 +202,11 @@ def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
     header = ["cell", "A", "B", "seeds", "A: time to target [95% CI]", "B: time to target [95% CI]"]
     return "\n".join(
         [
-            f"# B against A\n\nA: {side(a)}; B: {side(b)}. Time to target: the median held grok step over the seeds "
-            "(a failed seed is inf), with a bootstrap interval. Speed-up: A's median / B's, so above 1 means B is "
-            "faster; the verdict says `faster` (B faster) or `slower` only when the interval lies off 1 with 5 "
-            "seeds or more a side.\n",
+            f"# B against A\n\n`{command(a, b)}`\n",
+            f"A: {side(a)}; B: {side(b)}. Time to target: the median held grok step over the seeds (a failed seed "
+            "is inf), with a bootstrap interval. Speed-up: A's median / B's, so above 1 means B is faster, paired "
+            "by seed when both sides ran the same seeds on the same data (the same task settings); the verdict "
+            "says `faster` (B faster) or `slower` only when the interval lies off 1 with 5 seeds or more a side.\n",
             md_table(header + ["speed-up of B [95% CI]", "p", "verdict"], rows, right={3, 4, 5, 6, 7}),
         ]
     )
