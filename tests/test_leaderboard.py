@@ -87,16 +87,12 @@ COMPARISONS = sorted(
 
 
 @pytest.mark.parametrize("where", COMPARISONS)
-def test_each_committed_comparison_regenerates_from_the_command_in_its_header(where, tmp_path):
+def test_each_committed_comparison_regenerates_from_the_command_in_its_header(where, tmp_path, monkeypatch):
     committed = REPO / where
     line = committed.joinpath("compare.md").read_text().splitlines()[2]
     assert line.startswith("`python -m suite compare ") and line.endswith("`")
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
-        assert main([*line.strip("`").split()[3:], "--out", str(tmp_path)]) == 0
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(REPO)  # the header's roots are as typed from the repository root
+    assert main([*line.strip("`").split()[3:], "--out", str(tmp_path)]) == 0
     assert files(tmp_path) == files(committed), f"{where} is not what its command gives"
 
 

@@ -121,17 +121,16 @@ def _outside(settings: dict, keys: set) -> dict:
     return {k: v for k, v in settings.items() if k not in keys}
 
 
-def _same_data(cell_a: dict, cell_b: dict) -> bool:
-    return {k: v for k, v in cell_a.items() if k.startswith("task.")} == {
-        k: v for k, v in cell_b.items() if k.startswith("task.")
-    }
+def _task_settings(cell: dict) -> dict:
+    """What a seed draws its data from: equal task settings, equal data seed for seed."""
+    return {k: v for k, v in cell.items() if k.startswith("task.")}
 
 
 def _row(ga: dict, gb: dict, across: set) -> dict:
     budget = min(r[1] for r in ga["runs"] + gb["runs"])
     seeds_a, times_a = _times(ga, budget)
     seeds_b, times_b = _times(gb, budget)
-    paired = seeds_a == seeds_b and _same_data(ga["cell"], gb["cell"])
+    paired = seeds_a == seeds_b and _task_settings(ga["cell"]) == _task_settings(gb["cell"])
     low, high = speedup_interval(times_a, times_b, paired)
     a_low, a_high = median_interval(times_a)
     b_low, b_high = median_interval(times_b)
