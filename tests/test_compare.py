@@ -5,6 +5,7 @@ import math
 import pytest
 
 from suite.leaderboard.compare import permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.tables import interval_text
 
 INF = math.inf
 
@@ -48,3 +49,13 @@ def test_a_verdict_needs_the_interval_off_1_and_five_seeds():
     assert verdict(1.2, 3.0, 5) == "faster" and verdict(0.2, 0.9, 10) == "slower"
     assert verdict(0.8, 3.0, 10) == "not resolved (n = 10)"
     assert verdict(INF, INF, 3) == "not resolved (n = 3)"  # 3 seeds never carry a claim
+
+
+def test_a_printed_bound_shows_which_side_of_1_it_lies_on():
+    # The sampling board's grad_softmax row: a lower bound of 1.0026 and the verdict `faster`.
+    # At two decimals it read "1.00", as if the interval touched 1.
+    assert interval_text(1.1228, 1.0026, 1.2877) == "1.12 [1.003, 1.29]"
+    assert interval_text(0.93, 0.83, 0.9996, "x") == "0.93x [0.83x, 0.9996x]"
+    assert interval_text(1.0, 1.0, 1.0) == "1.00 [1.00, 1.00]"
+    assert interval_text(2.8, 0.0, INF, "x") == "2.80x [0.00x, inf]"
+    assert interval_text(math.nan, math.nan, math.nan) == "-"

@@ -26,7 +26,7 @@ from suite.errors import SuiteError
 from suite.leaderboard.collect import collect, settings_key
 from suite.leaderboard.compare import median_interval, median_time, permutation_p, ratio, speedup_interval, verdict
 from suite.leaderboard.stats import outcome
-from suite.leaderboard.tables import md_table, steps_text
+from suite.leaderboard.tables import interval_text, md_table, steps_text
 
 
 @dataclass
@@ -181,9 +181,6 @@ def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
         low, high = steps_text(r[f"time_{which}_low"]), steps_text(r[f"time_{which}_high"])
         return f"{steps_text(r[f'time_{which}'])} [{low}, {high}]"
 
-    def x(v):
-        return "-" if math.isnan(v) else "inf" if math.isinf(v) else f"{v:.2f}x"
-
     rows = [
         [
             f"{r['task']}/{r['model']} {r['cell']}".strip(),
@@ -192,7 +189,7 @@ def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
             f"{r['seeds_a']}/{r['seeds_b']}" + (" paired" if r["paired"] else ""),
             time(r, "a"),
             time(r, "b"),
-            f"{x(r['speedup'])} [{x(r['speedup_ci_low'])}, {x(r['speedup_ci_high'])}]",
+            interval_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"], "x"),
             f"{r['p_value']:.3g}",
             r["verdict"],
         ]

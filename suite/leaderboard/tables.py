@@ -51,15 +51,24 @@ def accuracy_text(median: float, lo: float, hi: float) -> str:
     return "-" if math.isnan(median) else f"{median:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def ratio_text(x: float) -> str:
+def ratio_text(x: float, unit: str = "", digits: int = 2) -> str:
     if math.isnan(x):
         return "-"
-    return "inf" if math.isinf(x) else f"{x:.2f}"
+    return "inf" if math.isinf(x) else f"{x:.{digits}f}{unit}"
 
 
-def interval_text(x: float, low: float, high: float) -> str:
-    text = ratio_text(x)
-    return text if math.isnan(low) else f"{text} [{ratio_text(low)}, {ratio_text(high)}]"
+def bound_text(x: float, unit: str = "") -> str:
+    """An interval's bound, with the digits that show which side of 1 it lies on: the verdict
+    follows from that side, and a lower bound of 1.003 printed as 1.00 reads as touching 1."""
+    digits = 2
+    while digits < 4 and math.isfinite(x) and x != 1 and round(x, digits) == 1:
+        digits += 1
+    return ratio_text(x, unit, digits)
+
+
+def interval_text(x: float, low: float, high: float, unit: str = "") -> str:
+    text = ratio_text(x, unit)
+    return text if math.isnan(low) else f"{text} [{bound_text(low, unit)}, {bound_text(high, unit)}]"
 
 
 def p_text(p: float) -> str:

@@ -16,7 +16,7 @@ from suite.leaderboard.collect import settings_key
 from suite.leaderboard.compare import median_interval
 from suite.leaderboard.sections import Board, section
 from suite.leaderboard.stats import against_baseline, cell_tables
-from suite.leaderboard.tables import md_table, steps_text
+from suite.leaderboard.tables import interval_text, md_table, steps_text
 from suite.results import TRAIN
 
 KEY = "train.precision"
@@ -37,11 +37,12 @@ def precision(board: Board) -> list[str]:
         for side in (REFERENCE, r["precision"]):
             s = r[side]
             first = side == REFERENCE
+            speedup = interval_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"], "x")
             lines.append(
                 [r["cell"] if first else "", r["method"] if first else "", side]
                 + [f"{s['grokked']}/{s['seeds']}", str(s["touched"]), str(s["collapsed"])]
                 + [f"{steps_text(s['time'])} [{steps_text(s['time_low'])}, {steps_text(s['time_high'])}]"]
-                + (["-", "-", "-"] if first else [_interval(r), f"{r['p_value']:.3g}", r["verdict"]])
+                + (["-", "-", "-"] if first else [speedup, f"{r['p_value']:.3g}", r["verdict"]])
                 + [f"{s['step_s'] * 1e3:.2f}", "-" if first else f"{r['wall_speedup']:.2f}x"]
             )
     board.files.add(
@@ -106,10 +107,3 @@ def _side(board: Board, row: dict) -> dict:
         "time_high": high,
         "step_s": float(np.median([r["wall_s"] / r["steps"] for r in results if r.get("steps")] or [math.nan])),
     }
-
-
-def _interval(r: dict) -> str:
-    def x(v):
-        return "inf" if math.isinf(v) else "-" if math.isnan(v) else f"{v:.2f}x"
-
-    return f"{x(r['speedup'])} [{x(r['speedup_ci_low'])}, {x(r['speedup_ci_high'])}]"
