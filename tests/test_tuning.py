@@ -28,7 +28,7 @@ TUNED = TINY_FIXED + textwrap.dedent("""
 """)
 
 
-def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, capsys):
+def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, capsys, monkeypatch):
     (tmp_path / "g.toml").write_text(TUNED)
     root = tmp_path / "runs"
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
@@ -50,6 +50,12 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
     sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)
     assert "| adam |" in sgd and sgd.rstrip(" |").endswith(("faster", "slower", "not resolved (n = 5)"))
+    # a bound just above 1 prints the digits that put it above 1, as on the board (tables.bound_text)
+    monkeypatch.setattr("suite.leaderboard.studies.tuning.speedup_interval", lambda *a: (1.0026, 1.5))
+    generate(root / "final", tmp_path / "board")
+    verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
+    sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)
+    assert "[1.003x, 1.50x]" in sgd and sgd.rstrip(" |").endswith("faster")
 
 
 def test_points_are_the_same_on_every_call_and_differ_between_methods():

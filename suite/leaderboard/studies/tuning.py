@@ -9,7 +9,7 @@ import math
 from suite.leaderboard.compare import median_interval, permutation_p, ratio, speedup_interval, verdict
 from suite.leaderboard.sections import Board, section
 from suite.leaderboard.stats import cell_tables
-from suite.leaderboard.tables import fmt_value, md_table, steps_text
+from suite.leaderboard.tables import fmt_value, interval_text, md_table, p_text, steps_text
 from suite.results import TRAIN
 from suite.tuning import record_of
 
@@ -75,8 +75,8 @@ def _verdicts(board: Board, record: dict) -> list[str]:
             line
             + [
                 base_name,
-                f"{_x(speedup)} [{_x(b_low)}, {_x(b_high)}]",
-                f"{permutation_p(base['times'], row['times'], paired):.3g}",
+                interval_text(speedup, b_low, b_high, "x"),
+                p_text(permutation_p(base["times"], row["times"], paired)),
                 verdict(b_low, b_high, min(row["seeds"], base["seeds"])),
             ]
         )
@@ -108,10 +108,6 @@ def _final_rows(board: Board, record: dict) -> dict:
 
 def _time(median: float, low: float, high: float) -> str:
     return f"{steps_text(median)} [{steps_text(low)}, {steps_text(high)}]"
-
-
-def _x(value: float) -> str:
-    return "inf" if math.isinf(value) else "-" if math.isnan(value) else f"{value:.2f}x"
 
 
 def _chosen(c: dict) -> dict:
