@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import TINY_FIXED, metrics_text, run_cli, wait_for_step
+from conftest import TINY_FIXED, PreemptAt, metrics_text, run_cli, wait_for_step
 
 from suite import rundir
 from suite.cli import main
@@ -26,32 +26,12 @@ CELL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "d": 8, 
 ARGS = [arg for key, value in CELL.items() for arg in ("--set", f"{key}={value}")]
 
 
-class StopAt:
-    """A tracker that asks the run to stop (SIGUSR1, as Slurm does) at one evaluation."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def start(self):
-        pass
-
-    def log(self, record, step):
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-    def finish(self, result):
-        pass
-
-    def close(self, exit_code):
-        pass
-
-
 def stopped(tmp_path, seed):
     """A run of CELL with `seed` asked to stop at its evaluation of step 30: it checkpoints at the
     next step, 31, in tmp_path/seed<seed>."""
     out = tmp_path / f"seed{seed}"
     with pytest.raises(Preempted):
-        train([resolve({}, CELL, seed)], [out], CPU, [StopAt(30)])
+        train([resolve({}, CELL, seed)], [out], CPU, [PreemptAt(30)])
     assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == 31
     return out
 
