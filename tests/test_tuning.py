@@ -51,7 +51,7 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)
     assert "| adam |" in sgd and sgd.rstrip(" |").endswith(("faster", "slower", "not resolved (n = 5)"))
     # a bound just above 1 prints the digits that put it above 1, as on the board (tables.bound_text)
-    monkeypatch.setattr("suite.leaderboard.studies.tuning.speedup_interval", lambda *a: (1.0026, 1.5))
+    monkeypatch.setattr("suite.leaderboard.stats.speedup_interval", lambda *a: (1.0026, 1.5))
     generate(root / "final", tmp_path / "board")
     verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
     sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)
@@ -114,3 +114,23 @@ def test_experiments_tuned_one_at_a_time_into_one_root_share_one_record(tmp_path
     assert sorted(c["cell"] for c in record["chosen"]) == ["product", "sum"]
     final = [json.loads(p.read_text())["spec"]["task"]["op"] for p in (root / "final").rglob("result.json")]
     assert sorted(final) == ["add"] * 5 + ["mul"] * 5
+
+
+def test_a_cell_where_neither_method_reached_the_target_shows_no_speed_up(tmp_path):
+    # both infinite is no speed-up of 1.00x: tuning.md prints `-`, as the board does
+    (tmp_path / "g.toml").write_text(
+        TUNED.replace('"train.steps" = 40', '"train.steps" = 10').replace("eval_every = 10", "eval_every = 5")
+    )
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
+    generate(root / "final", tmp_path / "board")
+    verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
+    rows = {
+        line.split("|")[2].strip(): [c.strip() for c in line.strip(" |").split("|")]
+        for line in verdicts.splitlines()
+        if line.startswith("| ")
+    }
+    assert rows["adam"][3] == "0/5"
+    cells = rows["sgd"]
+    assert cells[3] == "0/5" and cells[5] == "adam" and cells[6].startswith("- [")
+    assert cells[8] == "not resolved (n = 5)"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from suite.leaderboard.compare import median_interval, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.compare import median_interval
 from suite.leaderboard.sections import Board, section
-from suite.leaderboard.stats import cell_tables
+from suite.leaderboard.stats import against_baseline, cell_tables
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, p_text, steps_text
 from suite.results import TRAIN
 from suite.tuning import record_of
@@ -56,7 +56,8 @@ def tuning(board: Board) -> list[str]:
 
 def _verdicts(board: Board, record: dict) -> list[str]:
     """Per cell, each method's final runs: median held time with its interval, and the speed-up over
-    the baseline its [tuning] table names, with interval, p-value and verdict (compare.py)."""
+    the baseline its [tuning] table names, with interval, p-value and verdict, as the board computes
+    them against its own baseline (stats.against_baseline)."""
     rows = _final_rows(board, record)
     out = []
     for (cell, method), row in rows.items():
@@ -68,16 +69,14 @@ def _verdicts(board: Board, record: dict) -> list[str]:
         if base is None:
             out.append(line + ["-"] * 4)
             continue
-        paired = row["seed_list"] == base["seed_list"]
-        b_low, b_high = speedup_interval(base["times"], row["times"], paired)
-        speedup = ratio(base["time_to_target"], row["time_to_target"])
+        s = against_baseline(row, base)
         out.append(
             line
             + [
                 base_name,
-                interval_text(speedup, b_low, b_high, "x"),
-                p_text(permutation_p(base["times"], row["times"], paired)),
-                verdict(b_low, b_high, min(row["seeds"], base["seeds"])),
+                interval_text(s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], "x"),
+                p_text(s["p_value"]),
+                s["verdict"],
             ]
         )
     if not out:
@@ -86,8 +85,8 @@ def _verdicts(board: Board, record: dict) -> list[str]:
     return [
         "## Verdicts on the final seeds\n",
         "Time to target: the median held grok step over the final seeds (a seed that did not grok counts as "
-        "infinity), with a bootstrap interval. Speed-up: the baseline's median over the method's, paired by seed; "
-        "`faster` only when its interval lies above 1 with 5 seeds or more.\n",
+        "infinity), with a bootstrap interval. Speed-up: the baseline's median over the method's, paired by seed "
+        "(`-` when neither reached the target); `faster` only when its interval lies above 1 with 5 seeds or more.\n",
         md_table(header + ["speed-up [95% CI]", "p", "verdict"], out, right={3, 4, 6, 7}),
     ]
 
