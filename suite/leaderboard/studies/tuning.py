@@ -56,8 +56,8 @@ def tuning(board: Board) -> list[str]:
 
 def _verdicts(board: Board, record: dict) -> list[str]:
     """Per cell, each method's final runs: median held time with its interval, and the speed-up over
-    the baseline its [tuning] table names, with interval, p-value and verdict, as the board computes
-    them against its own baseline (stats.against_baseline)."""
+    the baseline its [tuning] table names, with interval, p-value and verdict, computed by
+    stats.against_baseline, the function behind the board's own speed-up column."""
     rows = _final_rows(board, record)
     out = []
     for (cell, method), row in rows.items():
