@@ -11,6 +11,7 @@ from suite import SuiteError
 from suite.cli import main
 from suite.grid import load
 from suite.leaderboard import generate
+from suite.leaderboard.studies import tuning
 from suite.tuning import Method, parse
 
 TUNED = TINY_FIXED + textwrap.dedent("""
@@ -134,3 +135,27 @@ def test_a_cell_where_neither_method_reached_the_target_shows_no_speed_up(tmp_pa
     cells = rows["sgd"]
     assert cells[3] == "0/5" and cells[5] == "adam" and cells[6].startswith("- [")
     assert cells[8] == "not resolved (n = 5)"
+
+
+def test_the_profile_by_method_keeps_a_method_one_row_when_it_chose_different_points():
+    # profile.md keys rows by settings; tuning.md's profile must not split a tuned method in two
+    def row(cell, label, time):
+        return {
+            "task": "modular",
+            "model": "mlp",
+            "cell_label": cell,
+            "settings": {},
+            "method": label,
+            "time_to_target": time,
+        }
+
+    rows = {
+        ("add", "adamw"): row("op=add", "adamw lr=0.01", 500.0),
+        ("add", "adamlr"): row("op=add", "adamlr lr=0.003 c=4", 1000.0),
+        ("mul", "adamw"): row("op=mul", "adamw lr=0.01", 600.0),
+        ("mul", "adamlr"): row("op=mul", "adamlr lr=0.002 c=10", 300.0),
+    }
+    table = [line.split("|")[1:-1] for line in tuning.profile_by_method(rows)[2].splitlines()[2:]]
+    by_method = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in table}
+    assert set(by_method) == {"adamw", "adamlr"}
+    assert by_method["adamw"][:2] == ["2", "1"] and by_method["adamlr"][:2] == ["2", "1"]

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 from suite.leaderboard.compare import median_interval
+from suite.leaderboard.pages import profile_table
 from suite.leaderboard.sections import Board, section
-from suite.leaderboard.stats import against_baseline, cell_tables
+from suite.leaderboard.stats import TAU_MAX, against_baseline, cell_tables, performance_profile
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, p_text, steps_text
 from suite.results import TRAIN
 from suite.tuning import record_of
@@ -49,16 +52,16 @@ def tuning(board: Board) -> list[str]:
             right={2, 4},
         ),
     ]
-    lines += _verdicts(board, record)
+    rows = _final_rows(board, record)
+    lines += _verdicts(rows, record) + profile_by_method(rows)
     board.files.add("tuning.md", "\n".join(lines))
     return [f"How every method was tuned, and what was chosen: [tuning](tuning.md) ({record['trials']} points each).\n"]
 
 
-def _verdicts(board: Board, record: dict) -> list[str]:
+def _verdicts(rows: dict, record: dict) -> list[str]:
     """Per cell, each method's final runs: median held time with its interval, and the speed-up over
     the baseline its [tuning] table names, with interval, p-value and verdict, computed by
     stats.against_baseline, the function behind the board's own speed-up column."""
-    rows = _final_rows(board, record)
     out = []
     for (cell, method), row in rows.items():
         base_name = record["methods"][method].get("baseline")
@@ -88,6 +91,21 @@ def _verdicts(board: Board, record: dict) -> list[str]:
         "infinity), with a bootstrap interval. Speed-up: the baseline's median over the method's, paired by seed "
         "(`-` when neither reached the target); `faster` only when its interval lies above 1 with 5 seeds or more.\n",
         md_table(header + ["speed-up [95% CI]", "p", "verdict"], out, right={3, 4, 6, 7}),
+    ]
+
+
+def profile_by_method(rows: dict) -> list[str]:
+    """The performance profile with one row per tuned method, whichever point it chose in each cell:
+    profile.md keys rows by settings, so a method that chose differently in two cells is split there."""
+    table = pd.DataFrame([{**row, "method": method} for (_, method), row in rows.items()])
+    if table.empty:
+        return []
+    _, scores = performance_profile(table, TAU_MAX)
+    return [
+        "## Performance profile by method\n",
+        "As in [profile.md](profile.md), over the cells where something reached the target, but a row per tuned "
+        "method whatever point it chose in each cell.\n",
+        profile_table(scores, TAU_MAX),
     ]
 
 
