@@ -251,8 +251,8 @@ def _profile_page(files: Files, ratios: pd.DataFrame, scores: pd.DataFrame, tau_
         f"score = area under rho over [1, {tau_max:g}] / {tau_max - 1:g}. Only cells where two or more methods "
         f"ran and one reached the target take part ({len(ratios.drop_duplicates(['task', 'model', 'cell']))} cells). "
         "See [index.md](index.md#how-to-read-the-tables).\n",
+        profile_table(scores, tau_max),
     ]
-    lines.append(profile_table(scores, tau_max))
     if not scores.empty:
         lines.append(f"![performance profile]({files.add('profile.png', plot_profile(ratios, scores, tau_max))})\n")
     lines.append("## Time to target per cell\n")
