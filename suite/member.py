@@ -172,6 +172,8 @@ class Member:
             )
             if was is None and now is not None
         ]
+        if before[1] is not None and self.milestones.grok_step is None:
+            self.notes.append(f"collapsed: val fell below half the target after grokking at step {before[1]}")
 
     def keep_weights(self, step: int, state_dict) -> None:
         """At memorization, and where each streak at the target begins until one holds (finish()

@@ -12,10 +12,14 @@ class Milestones:
 
     - memorization_step: the first evaluation with train acc >= `memorization`;
     - first_touch_step: the first evaluation with val acc >= `target`;
-    - grok_step: the first evaluation from which val acc stays >= `target` for `hold` steps (every
-      evaluation in [grok_step, grok_step + hold]); a touch that falls back sooner does not count;
+    - grok_step: the success that lasts: the first evaluation from which val acc stays >= `target`
+      for `hold` steps (every evaluation in [grok_step, grok_step + hold]) *and* never falls below
+      half the target at any later evaluation. A touch that falls back before the hold ends does
+      not count; a collapse after the hold takes the grok back, and a later streak that holds (and
+      lasts) counts instead. So a run's grok step is only final where the run ends;
     - held_since: where the current streak of evaluations at the target began (None: below it now);
-    - collapsed: val acc fell below half the target at some evaluation after the first touch;
+    - collapsed: val acc fell below half the target at some evaluation after the first touch
+      (before or after a hold: a grok it took back included);
     - best_val_acc: the highest val acc evaluated."""
 
     def __init__(self, memorization: float, target: float, hold: int = 0):
@@ -38,7 +42,7 @@ class Milestones:
         else:
             self.held_since = None
             if self.first_touch_step is not None and val < self.target / 2:
-                self.collapsed = True
+                self.collapsed, self.grok_step = True, None
 
     @property
     def delay(self):

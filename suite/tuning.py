@@ -40,10 +40,11 @@ import numpy as np
 
 from suite.errors import SuiteError
 from suite.grid import KINDS, Cell, Grid
-from suite.rundir import RunDir, read_json, write_json
+from suite.milestones import Milestones
+from suite.rundir import RunDir, write_json
 from suite.spec import default_run_dir, resolve, spec_id
 
-MIN_FINAL_SEEDS = 5  # this project's rule for a row a verdict rests on (../shared/notes/verdicts.md)
+MIN_FINAL_SEEDS = 5  # the fewest seeds a verdict rests on (leaderboards/README.md, How verdicts are judged)
 TUNING_KEYS = ("trials", "tuning_seeds", "final_seeds", "methods")
 
 
@@ -183,9 +184,10 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
                 dirs = [RunDir(default_run_dir(spec, root)) for spec in specs]
                 if not all(d.finished for d in dirs):
                     return None
-                results = [read_json(d / "result.json") for d in dirs]
-                times = [math.inf if r["grok_step"] is None else float(r["grok_step"]) for r in results]
-                best_val = [r.get("best_val_acc") or 0.0 for r in results]
+                # judged from the evaluations by the one success rule (suite.milestones), as the board does
+                reached = [Milestones.of(d.read_metrics(), *_targets(spec)) for d, spec in zip(dirs, specs)]
+                times = [math.inf if m.grok_step is None else float(m.grok_step) for m in reached]
+                best_val = [m.best_val_acc or 0.0 for m in reached]
                 tried.append(
                     {
                         "point": k,
@@ -206,6 +208,11 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
                 }
             )
     return chosen
+
+
+def _targets(spec: dict) -> tuple[float, float, int]:
+    train = spec["train"]
+    return train["memorization"], train["target"], train["hold"]
 
 
 def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict]) -> list[Cell]:

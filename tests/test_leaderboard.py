@@ -594,6 +594,20 @@ def test_a_touch_that_collapses_is_a_failure_with_its_own_columns(tmp_path):
     assert "| 0/5 | 5/5 | 5/5 |" in (tmp_path / "out" / "modular-mlp.md").read_text()
 
 
+def test_a_run_that_held_then_collapsed_is_not_grokked_on_the_board_and_the_header_says_how_long_runs_were_watched(
+    tmp_path,
+):
+    root = tmp_path / "runs"
+    for seed in range(5):
+        write_curve_run(root, seed, GROKS + [0.99] * 3)  # held from 200, watched to 800
+        write_curve_run(root, seed, GROKS + [0.99] * 3 + [0.3, 0.3], opt="adamlr")  # held 500 steps, then chance
+    generate(root, tmp_path / "out")
+    lr = pd.read_csv(tmp_path / "out" / "modular-mlp.csv").set_index("method").loc["adamlr"]
+    assert (lr["grokked"], lr["touched"], lr["collapsed"]) == (0, 5, 5) and math.isinf(lr["time_to_target"])
+    page = (tmp_path / "out" / "modular-mlp.md").read_text()
+    assert "held 200 steps and never below 0.475 after; grokked runs watched 600 steps past their grok step" in page
+
+
 def test_the_baseline_column_names_a_row_on_a_board_that_mixes_cells(tmp_path):
     root = tmp_path / "runs"
     write_curve_run(root, 0, GROKS)

@@ -24,14 +24,23 @@ def test_a_run_that_touches_and_collapses_never_groks_and_is_marked_collapsed():
     assert (m.first_touch_step, m.grok_step, m.collapsed, m.best_val_acc) == (100, None, True, 0.995)
 
 
-def test_a_collapse_after_holding_keeps_the_grok_step_and_says_it_collapsed():
+def test_a_run_that_holds_then_collapses_has_no_grok_step():
     m = replay([0.1, 0.995, 0.995, 0.995, 0.995, 0.2, 0.995], hold=300)
-    assert (m.grok_step, m.collapsed) == (100, True)
-    assert replay([0.1, 0.995, 0.995, 0.995, 0.995, 0.6], hold=300).collapsed is False  # above half the target
+    assert (m.first_touch_step, m.grok_step, m.collapsed, m.delay) == (100, None, True, None)
+    assert replay([0.1, 0.995, 0.995, 0.995, 0.995, 0.6], hold=300).grok_step == 100  # above half the target: lasts
+
+
+def test_a_later_streak_that_holds_and_lasts_counts_after_a_collapse():
+    m = replay([0.1, 0.995, 0.995, 0.995, 0.995, 0.2, 0.995, 0.995, 0.995, 0.995, 0.97], hold=300)
+    assert (m.grok_step, m.collapsed) == (600, True)
+    # the budget judges what the run had shown by then: held, not yet seen to collapse
+    records = [{"step": i * 100, "train_acc": 1.0, "val_acc": v} for i, v in enumerate([0.1] + [0.995] * 4 + [0.2])]
+    assert Milestones.of(records, 0.99, 0.99, 300, until=400).grok_step == 100
 
 
 def test_hold_zero_is_the_first_touch_and_the_budget_cuts_an_unfinished_hold():
-    assert replay([0.1, 0.995, 0.2], hold=0).grok_step == 100
+    assert replay([0.1, 0.995, 0.9], hold=0).grok_step == 100
+    assert replay([0.1, 0.995, 0.2], hold=0).grok_step is None  # a touch that collapses is no grok, even at hold 0
     records = [{"step": s, "train_acc": 1.0, "val_acc": 0.995 if s >= 100 else 0.1} for s in range(0, 1001, 100)]
     assert Milestones.of(records, 0.99, 0.99, 300, until=1000).grok_step == 100
     assert Milestones.of(records, 0.99, 0.99, 300, until=300).grok_step is None  # the hold ran past the budget

@@ -159,14 +159,18 @@ DEFINITIONS = """\
   and the git commits recorded in its results. A seed that ran with several budgets counts once.
 - **method**: optimizer + filter + sampler with their settings, plus train settings that
   change training (loss, warmup). Labels show the settings that vary among the collected runs.
-- **grok**: the first evaluated step from which val acc stays >= the target for the hold
-  (train.hold steps; runs made before the hold existed stopped once the target had held
-  train.patience steps, and are judged on that window). **memorization**: the first evaluated
+- **grok**: the success that lasts: the first evaluated step from which val acc stays >= the
+  target for the hold (train.hold steps) and never falls below half the target at any later
+  evaluation within the budget; a collapse takes a grok back, and a later streak that holds and
+  lasts counts instead. Each cell's header says how long past their grok step its grokked runs
+  were watched (runs stop train.patience steps into a held streak; runs made before the hold
+  existed stopped once the target had held train.patience steps, and are judged on that window).
+  **memorization**: the first evaluated
   step with train acc >= its threshold; **delay** = grok - memorization. Each: median over the
   seeds that reached it, [min, max] over the same seeds, (k/n) when only k of n seeds did.
 - **success**: seeds that grokked (held) within the budget / seeds. **touched**: seeds whose val
   acc reached the target at least once. **collapsed**: seeds whose val acc fell below half the
-  target at some evaluation after first touching it (whether or not they grokked first).
+  target at some evaluation after first touching it (a grok it took back included).
 - **best val** / **final val**: each seed's highest / last evaluated val accuracy within the
   budget: median [min, max] over the seeds.
 - **time to target**: median grok step over all seeds, a seed that failed counting as

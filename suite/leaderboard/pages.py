@@ -164,6 +164,8 @@ def _cell_header(col: Collection, cell_rows: pd.DataFrame, cell_runs: pd.DataFra
     """What a cell's table is of: its settings, budget, evaluations, seeds, targets and commits."""
     settings = col.cells[cell_rows["cell_id"].iloc[0]]
     budget_text = f"Budget {int(cell_rows['budget'].iloc[0])} steps"
+    target = settings.get("train.target", 0.99)
+    watched = sorted(w for ws in cell_rows["watched_after_grok"] for w in ws)
     if cell_runs["budget"].nunique() > 1:
         budget_text += f" (runs had {range_text(sorted(cell_runs['budget']))}; later milestones count as not reached)"
     return (
@@ -171,8 +173,10 @@ def _cell_header(col: Collection, cell_rows: pd.DataFrame, cell_runs: pd.DataFra
         f"{budget_text}, evaluated every {range_text(sorted(cell_runs['eval_every']))} steps; "
         f"seeds {', '.join(str(s) for s in sorted(cell_runs['seed'].unique()))}; memorized = train acc >= "
         f"{fmt_value(settings.get('train.memorization'))}, grokked = val acc >= "
-        f"{fmt_value(settings.get('train.target'))} held {settings['train.hold']} steps; "
-        f"commits {commits_text(cell_runs['git_commit'])}.\n"
+        f"{fmt_value(settings.get('train.target'))} held {settings['train.hold']} steps and never below "
+        f"{fmt_value(target / 2)} after; "
+        + (f"grokked runs watched {range_text(watched)} steps past their grok step" if watched else "no run grokked")
+        + f"; commits {commits_text(cell_runs['git_commit'])}.\n"
     )
 
 

@@ -39,6 +39,7 @@ def outcome(metrics: pd.DataFrame | None, result: dict, cell: dict, budget: int)
             "collapsed": m.collapsed,
             "best_val": math.nan if m.best_val_acc is None else float(m.best_val_acc),
             "final_val": final,
+            "last_step": int(within["step"].iloc[-1]) if len(within) else None,
         }
     else:
 
@@ -57,6 +58,7 @@ def outcome(metrics: pd.DataFrame | None, result: dict, cell: dict, budget: int)
             "collapsed": bool(result.get("collapsed")),
             "best_val": math.nan,
             "final_val": math.nan,
+            "last_step": step("steps"),
         }
     reached["time"] = math.inf if reached["grok_step"] is None else float(reached["grok_step"])
     return reached
@@ -75,6 +77,8 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
         if o["grok_step"] is not None and o["memorization_step"] is not None
     ]
     times = [o["time"] for o in outcomes]
+    grokked = [o for o in outcomes if o["grok_step"] is not None and o["last_step"] is not None]
+    watched = [o["last_step"] - o["grok_step"] for o in grokked]  # how long a collapse had to show
     walls = [float(v) for v in walls if pd.notna(v)]
     best_val = [o["best_val"] for o in outcomes if not math.isnan(o["best_val"])]
     final_val = [o["final_val"] for o in outcomes if not math.isnan(o["final_val"])]
@@ -89,6 +93,7 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
         **dict(zip(("memorization_median", "memorization_min", "memorization_max"), _stats(mem))),
         **dict(zip(("grok_median", "grok_min", "grok_max"), _stats(grok))),
         "n_delay": len(delay),
+        "watched_after_grok": watched,
         **dict(zip(("delay_median", "delay_min", "delay_max"), _stats(delay))),
         "time_to_target": median_time(times),
         "times": times,
