@@ -7,9 +7,9 @@
 #   sbatch / squeue / sinfo ...         # then the usual commands work
 #   sudo slurm/stop-cluster.sh          # cancels every job, stops the daemons
 #
-# It refuses to overwrite a slurm.conf it did not write. Facts behind the settings:
-# ../shared/notes/slurm-single-node.md (no cgroups here: linuxproc + task/none; a short
-# cred_expire so a requeued job starts again within seconds instead of two minutes).
+# It refuses to overwrite a slurm.conf it did not write. Why the settings: containers without
+# systemd have no cgroups for slurmd, hence proctrack/linuxproc and task/none; a short
+# cred_expire lets a requeued job start again within seconds instead of two minutes.
 set -euo pipefail
 
 conf=/etc/slurm/slurm.conf

@@ -1,18 +1,18 @@
-"""The GPU campaign: the suite measured on one lent GPU, in three commands of under 10 minutes each,
-run back to back, every result packed into --out (the device tool's $OUT: at most 8 files of 16 MiB).
+"""The GPU campaign: the suite measured on one GPU in three parts, each to a deadline you give,
+every result packed into an output folder (--out) of a few files.
 
-    python -m suite.campaign check --out $OUT   # CUDA correctness, CPU vs GPU, the bench
-    python -m suite.campaign grids --out $OUT   # the paper protocol (5 seeds), Nanda et al.'s setting
-    python -m suite.campaign long  --out $OUT   # ResNet-18 on the polygons at 112 px, the tuned grid
+    python -m suite.campaign check --out results/   # CUDA correctness, CPU vs GPU, the bench
+    python -m suite.campaign grids --out results/   # the paper protocol (5 seeds), Nanda et al.'s setting
+    python -m suite.campaign long  --out results/   # ResNet-18 on the polygons at 112 px, the tuned grid
 
-On the device machine, from the repository root (its python3 has torch but no wandb, datasets or
-gguf, so the suite installs without its dependencies and imports those lazily):
+On a machine whose Python has torch but not the suite's other dependencies (wandb, datasets, gguf:
+the suite imports those only where it uses them), install it without them, from the repository root:
 
-    pip install -q --no-deps --no-build-isolation -e . && python3 -m suite.campaign check --out $OUT
+    pip install -q --no-deps --no-build-isolation -e . && python3 -m suite.campaign check --out results/
 
 Every part works to a deadline (--budget-s, default 540 s): a step that would run past it is stopped
-with SIGTERM (its runs checkpoint) and what it finished is packed, so a part never loses the lease's
-minutes to a timeout. Each part writes `<part>.json` (every step: its command, exit code, seconds
+with SIGTERM (its runs checkpoint) and what it finished is packed, so a part killed at a time limit
+never loses what it measured. Each part writes `<part>.json` (every step: its command, exit code, seconds
 and figures), `<part>.md` (the same as a table, also printed last) and `<part>-runs.tar.gz` (the run
 folders' spec, metrics and result files and the leaderboards made from them; no checkpoints or
 weights). A part can run again: finished cells are skipped, as in any grid.
@@ -206,7 +206,7 @@ def long(c: Campaign) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m suite.campaign", description=__doc__.split("\n\n")[0])
     p.add_argument("part", choices=PARTS)
-    p.add_argument("--out", default=os.environ.get("OUT", "runs/campaign"), help="where the results go ($OUT)")
+    p.add_argument("--out", default="runs/campaign", help="where the packed results go (default runs/campaign)")
     p.add_argument("--work", default="runs/campaign-work", help="run folders (kept: a part resumes from them)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--quick", action="store_true", help="tiny settings, every step in seconds (the CPU path)")

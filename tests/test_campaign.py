@@ -1,6 +1,6 @@
 """The GPU campaign's CPU path (suite/campaign.py --device cpu --quick): every part runs its steps,
-packs what they made into at most 8 files of at most 16 MiB (the device tool's $OUT), and a part whose
-time runs out still writes its report."""
+packs what they made into a few small files (a report, its table, one archive of the runs), and a part
+whose time runs out still writes its report."""
 
 import json
 import subprocess

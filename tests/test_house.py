@@ -22,3 +22,16 @@ def test_no_module_over_400_lines_and_no_function_of_the_engine_over_60():
                     if node.end_lineno - node.lineno + 1 > 60:
                         long_functions.append(f"{path.relative_to(REPO)}:{node.name}")
     assert long_modules == [] and long_functions == []
+
+
+def test_the_project_stands_on_its_own_no_tracked_file_cites_a_folder_outside_it():
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    citing = [
+        name
+        for name in tracked.splitlines()
+        if not name.startswith("leaderboards/") or name.count("/") < 3  # run folders hold specs, not prose
+        if (REPO / name).is_file() and "/".join(("..", "shared")) in (REPO / name).read_text(errors="ignore")
+    ]
+    assert citing == []

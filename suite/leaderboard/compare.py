@@ -19,8 +19,8 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   significant, which is what the verdict then says.
 - verdict: "faster" when the interval's low end is above 1, "slower" when its high end is below
   1, else "not resolved (n = k)"; and "not resolved" whatever the interval with fewer than 5
-  seeds in either row (this project's rule, ../shared/notes/verdicts.md: a bootstrap over 3 seeds
-  that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
+  seeds in either row (the project's rule, leaderboards/README.md "How verdicts are judged": a
+  bootstrap over 3 seeds that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
 """
 
 from __future__ import annotations
