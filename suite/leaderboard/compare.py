@@ -21,6 +21,11 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   1, else "not resolved (n = k)"; and "not resolved" whatever the interval with fewer than 5
   seeds in either row (the project's rule, leaderboards/README.md "How verdicts are judged": a
   bootstrap over 3 seeds that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
+- equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
+  (EQUIVALENCE_MARGIN, for every board), "equivalent within m" when the 90% bootstrap interval of
+  the speed-up lies inside [1 / (1 + m), 1 + m] (two one-sided tests at 5% each, as an interval)
+  and both rows have 5 seeds or more; else "not shown equivalent (n = k)". An interval that merely
+  contains 1 is absence of evidence, and says nothing of equivalence.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from scipy.stats import rankdata
 RESAMPLES = 10_000
 LEVEL = 0.95
 MIN_SEEDS = 5
+EQUIVALENCE_MARGIN = 0.10  # declared in leaderboards/README.md before the runs it first judged
+EQUIVALENCE_LEVEL = 0.90  # two one-sided tests at 5%
 
 
 def median_time(times) -> float:
@@ -49,7 +56,9 @@ def ratio(baseline: np.ndarray | float, row: np.ndarray | float):
     return float(out) if out.ndim == 0 else out
 
 
-def speedup_interval(baseline: list[float], row: list[float], paired: bool) -> tuple[float, float]:
+def speedup_interval(
+    baseline: list[float], row: list[float], paired: bool, level: float = LEVEL
+) -> tuple[float, float]:
     """The bootstrap interval of median(baseline) / median(row); paired: the lists are aligned by seed."""
     rng = np.random.default_rng(0)
     b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
@@ -59,7 +68,7 @@ def speedup_interval(baseline: list[float], row: list[float], paired: bool) -> t
     else:
         b_med = np.median(b[rng.integers(0, len(b), (RESAMPLES, len(b)))], axis=1)
         r_med = np.median(r[rng.integers(0, len(r), (RESAMPLES, len(r)))], axis=1)
-    tail = (1 - LEVEL) / 2
+    tail = (1 - level) / 2
     lo, hi = np.quantile(ratio(b_med, r_med), [tail, 1 - tail], method="inverted_cdf")
     return float(lo), float(hi)
 
@@ -124,3 +133,13 @@ def verdict(low: float, high: float, n: int) -> str:
     if n >= MIN_SEEDS and high < 1:
         return "slower"
     return f"not resolved (n = {n})"
+
+
+def equivalence(
+    baseline: list[float], row: list[float], paired: bool, margin: float = EQUIVALENCE_MARGIN
+) -> tuple[float, float, str]:
+    """The speed-up's EQUIVALENCE_LEVEL interval and the equivalence verdict (see the module)."""
+    low, high = speedup_interval(baseline, row, paired, EQUIVALENCE_LEVEL)
+    n = min(len(baseline), len(row))
+    inside = n >= MIN_SEEDS and 1 / (1 + margin) <= low and high <= 1 + margin
+    return low, high, f"equivalent within {margin:.0%}" if inside else f"not shown equivalent (n = {n})"
