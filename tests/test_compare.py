@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from suite.leaderboard.compare import permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.compare import equivalence, permutation_p, ratio, speedup_interval, verdict
 from suite.leaderboard.tables import interval_text
 
 INF = math.inf
@@ -49,6 +49,22 @@ def test_a_verdict_needs_the_interval_off_1_and_five_seeds():
     assert verdict(1.2, 3.0, 5) == "faster" and verdict(0.2, 0.9, 10) == "slower"
     assert verdict(0.8, 3.0, 10) == "not resolved (n = 10)"
     assert verdict(INF, INF, 3) == "not resolved (n = 3)"  # 3 seeds never carry a claim
+
+
+def test_equivalence_needs_the_90_percent_interval_inside_the_declared_margin():
+    base = [1000, 1050, 1100, 1150, 1200, 1250, 1300, 1350]
+    # inside: every seed within 2% of its baseline
+    low, high, said = equivalence(base, [t * 1.02 for t in base], paired=True)
+    assert 1 / 1.1 <= low <= high <= 1.1 and said == "equivalent within 10%"
+    # outside: 30% slower on every seed (the interval lies wholly below the margin)
+    assert equivalence(base, [t * 1.3 for t in base], paired=True)[2] == "not shown equivalent (n = 8)"
+    # straddling: the interval holds 1 and reaches past the margin: absence of evidence, not equivalence
+    spread = [600, 1500, 900, 1700, 1000, 1400, 800, 1300]
+    low, high, said = equivalence(base, spread, paired=True)
+    assert low < 1 < high and (low < 1 / 1.1 or high > 1.1) and said.startswith("not shown equivalent")
+    # a wider declared margin takes the same runs in; too few seeds never carry the claim
+    assert equivalence(base, spread, paired=True, margin=1.0)[2] == "equivalent within 100%"
+    assert equivalence(base[:4], [t * 1.02 for t in base[:4]], paired=True)[2] == "not shown equivalent (n = 4)"
 
 
 def test_a_printed_bound_shows_which_side_of_1_it_lies_on():

@@ -24,9 +24,19 @@ import pandas as pd
 
 from suite.errors import SuiteError
 from suite.leaderboard.collect import collect, settings_key
-from suite.leaderboard.compare import median_interval, median_time, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.compare import (
+    EQUIVALENCE_LEVEL,
+    EQUIVALENCE_MARGIN,
+    equivalence,
+    median_interval,
+    median_time,
+    permutation_p,
+    ratio,
+    speedup_interval,
+    verdict,
+)
 from suite.leaderboard.stats import outcome
-from suite.leaderboard.tables import interval_text, md_table, steps_text
+from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 
 
 @dataclass
@@ -132,6 +142,7 @@ def _row(ga: dict, gb: dict, across: set) -> dict:
     seeds_b, times_b = _times(gb, budget)
     paired = seeds_a == seeds_b and _task_settings(ga["cell"]) == _task_settings(gb["cell"])
     low, high = speedup_interval(times_a, times_b, paired)
+    eq_low, eq_high, equivalent = equivalence(times_a, times_b, paired)
     a_low, a_high = median_interval(times_a)
     b_low, b_high = median_interval(times_b)
     neither = math.isinf(median_time(times_a)) and math.isinf(median_time(times_b))
@@ -157,6 +168,9 @@ def _row(ga: dict, gb: dict, across: set) -> dict:
         "speedup_ci_high": high,
         "p_value": permutation_p(times_a, times_b, paired),
         "verdict": verdict(low, high, min(len(times_a), len(times_b))),
+        "eq_ci_low": eq_low,
+        "eq_ci_high": eq_high,
+        "equivalence": equivalent,
     }
 
 
@@ -192,9 +206,11 @@ def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
             interval_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"], "x"),
             f"{r['p_value']:.3g}",
             r["verdict"],
+            f"{r['equivalence']} [{bound_text(r['eq_ci_low'], 'x')}, {bound_text(r['eq_ci_high'], 'x')}]",
         ]
         for r in table.to_dict("records")
     ]
+    m = EQUIVALENCE_MARGIN
     header = ["cell", "A", "B", "seeds", "A: time to target [95% CI]", "B: time to target [95% CI]"]
     return "\n".join(
         [
@@ -202,7 +218,14 @@ def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
             f"A: {side(a)}; B: {side(b)}. Time to target: the median held grok step over the seeds (a failed seed "
             "is inf), with a bootstrap interval. Speed-up: A's median / B's, so above 1 means B is faster, paired "
             "by seed when both sides ran the same seeds on the same data (the same task settings); the verdict "
-            "says `faster` (B faster) or `slower` only when the interval lies off 1 with 5 seeds or more a side.\n",
-            md_table(header + ["speed-up of B [95% CI]", "p", "verdict"], rows, right={3, 4, 5, 6, 7}),
+            "says `faster` (B faster) or `slower` only when the interval lies off 1 with 5 seeds or more a side. "
+            f"Equivalence: `equivalent within {m:.0%}` when the {EQUIVALENCE_LEVEL:.0%} interval of the speed-up lies "
+            f"inside [1/{1 + m:g}, {1 + m:g}] (the margin declared before the runs, leaderboards/README.md), else `not "
+            "shown equivalent`.\n",
+            md_table(
+                header + ["speed-up of B [95% CI]", "p", "verdict", f"equivalence [{EQUIVALENCE_LEVEL:.0%} CI]"],
+                rows,
+                right={3, 4, 5, 6, 7},
+            ),
         ]
     )

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from suite.leaderboard.collect import settings_key
-from suite.leaderboard.compare import median_interval
+from suite.leaderboard.compare import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, equivalence, median_interval
 from suite.leaderboard.sections import Board, section
 from suite.leaderboard.stats import against_baseline, cell_tables
-from suite.leaderboard.tables import interval_text, md_table, steps_text
+from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 from suite.results import TRAIN
 
 KEY = "train.precision"
@@ -31,20 +31,23 @@ def precision(board: Board) -> list[str]:
     rows = [_row(board, fp32, other) for fp32, other in pairs]
     board.files.add("precision.csv", pd.json_normalize(rows, sep="_").to_csv(index=False))
     header = ["cell", "method", "precision", "grokked", "touched", "collapsed", "time to target [95% CI]"]
-    header += ["speed-up in steps [95% CI]", "p", "verdict", "ms / step", "wall speed-up"]
+    header += ["speed-up in steps [95% CI]", "p", "verdict", f"equivalence [{EQUIVALENCE_LEVEL:.0%} CI]"]
+    header += ["ms / step", "wall speed-up"]
     lines = []
     for r in rows:
         for side in (REFERENCE, r["precision"]):
             s = r[side]
             first = side == REFERENCE
             speedup = interval_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"], "x")
+            equivalent = f"{r['equivalence']} [{bound_text(r['eq_ci_low'], 'x')}, {bound_text(r['eq_ci_high'], 'x')}]"
             lines.append(
                 [r["cell"] if first else "", r["method"] if first else "", side]
                 + [f"{s['grokked']}/{s['seeds']}", str(s["touched"]), str(s["collapsed"])]
                 + [f"{steps_text(s['time'])} [{steps_text(s['time_low'])}, {steps_text(s['time_high'])}]"]
-                + (["-", "-", "-"] if first else [speedup, f"{r['p_value']:.3g}", r["verdict"]])
+                + (["-"] * 4 if first else [speedup, f"{r['p_value']:.3g}", r["verdict"], equivalent])
                 + [f"{s['step_s'] * 1e3:.2f}", "-" if first else f"{r['wall_speedup']:.2f}x"]
             )
+    m = EQUIVALENCE_MARGIN
     board.files.add(
         "precision.md",
         "\n".join(
@@ -54,11 +57,14 @@ def precision(board: Board) -> list[str]:
                 "(suite/precision.py says what runs in which). Time to target: the median held grok step over the "
                 "seeds (a seed that did not grok counts as infinity), with a bootstrap interval. Speed-up in steps: "
                 "fp32's median over the other's, paired by seed; `faster` / `slower` only when its interval lies off "
-                "1 with 5 seeds or more. ms / step: each run's wall seconds (its share of its stack's) over its steps, "
+                f"1 with 5 seeds or more. Equivalence: `equivalent within {m:.0%}` when the {EQUIVALENCE_LEVEL:.0%} "
+                f"interval of the same speed-up lies inside [1/{1 + m:g}, {1 + m:g}] (the margin declared before the "
+                "runs, leaderboards/README.md), else `not shown equivalent`: an interval that merely holds 1 shows no "
+                "equivalence. ms / step: each run's wall seconds (its share of its stack's) over its steps, "
                 "median over the seeds; wall speed-up is fp32's over the other's. Those clocks are of the machine "
                 "that ran the grid, shared with whatever else ran there: `suite bench`'s precision section is the "
                 "measured comparison.\n",
-                md_table(header, lines, right={3, 4, 5, 6, 7, 8, 10, 11}),
+                md_table(header, lines, right={3, 4, 5, 6, 7, 8, 11, 12}),
             ]
         ),
     )
@@ -81,6 +87,7 @@ def _pairs(board: Board) -> list[tuple[dict, dict]]:
 def _row(board: Board, fp32: dict, other: dict) -> dict:
     col = board.col
     judged = against_baseline(other, fp32)
+    eq_low, eq_high, equivalent = equivalence(fp32["times"], other["times"], fp32["seed_list"] == other["seed_list"])
     sides = {REFERENCE: _side(board, fp32), other["settings"][KEY]: _side(board, other)}
     return {
         "cell": f"{fp32['task']} {fp32['model']} {fp32['cell_label']}".strip(),
@@ -88,6 +95,9 @@ def _row(board: Board, fp32: dict, other: dict) -> dict:
         "precision": other["settings"][KEY],
         **sides,
         **{k: judged[k] for k in ("speedup", "speedup_ci_low", "speedup_ci_high", "p_value", "verdict")},
+        "eq_ci_low": eq_low,
+        "eq_ci_high": eq_high,
+        "equivalence": equivalent,
         "wall_speedup": sides[REFERENCE]["step_s"] / sides[other["settings"][KEY]]["step_s"],
     }
 
