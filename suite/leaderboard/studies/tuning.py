@@ -44,7 +44,7 @@ def tuning(board: Board) -> list[str]:
                     c["method"],
                     str(c["chosen"]),
                     _settings(c["settings"]),
-                    steps_text(_chosen(c)["median_time"]),
+                    steps_text(_chosen(c)["median_time"]) + ("" if _worked(c) else " (tie-break)"),
                     ", ".join(steps_text(t["median_time"]) for t in c["tried"]),
                 ]
                 for c in record["chosen"]
@@ -63,6 +63,7 @@ def _verdicts(rows: dict, record: dict) -> list[str]:
     the baseline its [tuning] table names, with interval, p-value and verdict, computed by
     stats.against_baseline, the function behind the board's own speed-up column."""
     out = []
+    searched = {(c["cell"], c["method"]): c for c in record["chosen"]}
     for (cell, method), row in rows.items():
         base_name = record["methods"][method].get("baseline")
         base = rows.get((cell, base_name))
@@ -71,6 +72,12 @@ def _verdicts(rows: dict, record: dict) -> list[str]:
         line = [cell, method, row["method"], grokked, _time(row["time_to_target"], low, high)]
         if base is None:
             out.append(line + ["-"] * 4)
+            continue
+        # A search that found no point reaching the target measured the search, not the method.
+        failed = [name for name in (method, base_name) if not _worked(searched[cell, name])]
+        if failed:
+            whose = {1: f"{failed[0]}'s winner", 2: "both winners"}[len(failed)]
+            out.append(line + [base_name, "-", "-", f"no verdict: {whose} reached the target on no tuning seed"])
             continue
         s = against_baseline(row, base)
         out.append(
@@ -89,7 +96,10 @@ def _verdicts(rows: dict, record: dict) -> list[str]:
         "## Verdicts on the final seeds\n",
         "Time to target: the median held grok step over the final seeds (a seed that did not grok counts as "
         "infinity), with a bootstrap interval. Speed-up: the baseline's median over the method's, paired by seed "
-        "(`-` when neither reached the target); `faster` only when its interval lies above 1 with 5 seeds or more.\n",
+        "(`-` when neither reached the target); `faster` only when its interval lies above 1 with 5 seeds or more. "
+        "A method, or a baseline, whose search found no point that reached the target on the tuning seeds (its "
+        "winner came from the tie-break on best val) gets no verdict: that is a failure of the search, not a "
+        "measurement of the method.\n",
         md_table(header + ["speed-up [95% CI]", "p", "verdict"], out, right={3, 4, 6, 7}),
     ]
 
@@ -129,6 +139,11 @@ def _time(median: float, low: float, high: float) -> str:
 
 def _chosen(c: dict) -> dict:
     return next(t for t in c["tried"] if t["point"] == c["chosen"])
+
+
+def _worked(c: dict) -> bool:
+    """The chosen point reached the target (a finite median time on the tuning seeds), not the tie-break."""
+    return math.isfinite(_chosen(c)["median_time"])
 
 
 def _settings(settings: dict) -> str:
