@@ -186,8 +186,16 @@ def grid(tmp_path):
     return path
 
 
+DAMAGED_RESULTS = {  # content -> what the line says after the file's name
+    b"": "is not valid JSON",
+    b'{"spec": ': "is not valid JSON",
+    b"{}": "is not a result (no full spec)",  # `status` called it done
+    b'{"spec": {}, "grok_step": 10}': "is not a result (no full spec)",
+}
+
+
 @pytest.mark.parametrize("command", ["status", "grid"])
-@pytest.mark.parametrize("content", [b"", b'{"spec": '], ids=["empty", "corrupt"])
+@pytest.mark.parametrize("content", DAMAGED_RESULTS, ids=["empty", "corrupt", "an empty object", "an empty spec"])
 def test_a_damaged_result_under_a_status_or_grid_root(tmp_path, capsys, grid, command, content):
     root = tmp_path / "runs"
     run_dir = load(grid).cells[1].run_dir(root)
@@ -195,7 +203,7 @@ def test_a_damaged_result_under_a_status_or_grid_root(tmp_path, capsys, grid, co
     (run_dir / "result.json").write_bytes(content)
     before = snapshot(tmp_path)
     line = refused(capsys, command, grid, "--root", root)
-    assert f"{run_dir / 'result.json'} is not valid JSON" in line
+    assert f"{run_dir / 'result.json'} {DAMAGED_RESULTS[content]}" in line
     assert snapshot(tmp_path) == before and not (root / "grids").exists()
 
 
