@@ -508,3 +508,23 @@ def test_nothing_is_tracked_before_the_run_is_known_to_build(tmp_path, capsys, m
     monkeypatch.setenv("WANDB_SILENT", "true")
     assert message in refused(capsys, "run", *args, "--wandb", "offline")
     assert list(tmp_path.iterdir()) == []  # no wandb/ offline-run folder either
+
+
+MISSPELLED = {  # arguments -> what the one line says
+    "grid g.toml --backend slrum": "python -m suite grid: argument --backend: invalid choice: 'slrum'",
+    "grid g.toml --workers two": "argument --workers: invalid int value: 'two'",
+    "tune g.toml --wandb ofline": "python -m suite tune: argument --wandb: invalid choice: 'ofline'",
+    "leaderboard runs --tau-max x": "argument --tau-max: invalid float value: 'x'",
+    "lsit": "python -m suite: argument command: invalid choice: 'lsit'",
+    "grid g.toml --wrokers 2": "unrecognized arguments: --wrokers 2",
+}
+
+
+@pytest.mark.parametrize("args", MISSPELLED)
+def test_a_misspelled_flag_or_value_is_one_line_not_the_usage_block(tmp_path, capsys, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(args.split())
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and MISSPELLED[args] in lines[0]
+    assert list(tmp_path.iterdir()) == []
