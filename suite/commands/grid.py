@@ -74,9 +74,12 @@ def run(args) -> int:
 
 
 def check_flags(args) -> None:
+    from suite.tracking import check_mode
+
     for flag, value in (("--ensemble", args.ensemble), ("--workers", args.workers)):  # Slurm's: SlurmOptions
         if value < 1:
             raise SuiteError(f"{flag} must be at least 1, got {value}")
+    check_mode(args.wandb)  # here, not in every cell's process (an error.json each)
 
 
 def run_grid(args, g, root) -> int:
