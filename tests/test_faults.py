@@ -194,3 +194,26 @@ def test_the_requeue_cap_stops_a_task_that_keeps_being_signalled(tmp_path):
                           capture_output=True, text=True)  # fmt: skip
     assert last.returncode == 3 and "not requeueing 7_0: it was requeued 3 times" in last.stdout
     assert (tmp_path / "log").read_text() == "requeued\n"  # not requeued again
+
+
+def test_a_leaderboard_waits_for_another_writing_into_the_same_folder_and_leaves_its_files_alone(tmp_path, capsys):
+    # two leaderboards into one --out deleted each other's temporaries, and the loser failed on them
+    import fcntl
+    import threading
+
+    runs, out = tmp_path / "runs", tmp_path / "board"
+    train([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"], CPU)
+    out.mkdir()
+    theirs = out / ".index.md.other.tmp"  # the other writer's file, half written
+    theirs.write_bytes(b"half")
+    other = os.open(out, os.O_RDONLY)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    written = []
+    second = threading.Thread(target=lambda: written.extend(generate(runs, out)))
+    second.start()
+    while "waiting for the leaderboard being written into" not in capsys.readouterr().err:
+        assert second.is_alive(), "it wrote without waiting"
+    assert theirs.read_bytes() == b"half" and not (out / "index.md").exists()
+    os.close(other)  # the other writer is done
+    second.join()
+    assert "index.md" in written and (out / "index.md").exists()
