@@ -7,13 +7,12 @@ them together, and turns bad input (SuiteError) into one line on stderr and exit
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import os
 import sys
 
 from suite.commands import COMMANDS
-from suite.errors import SuiteError, missing_extra
+from suite.errors import FAULTS, SuiteError, missing_extra
 
 
 def runtime_defaults() -> None:
@@ -89,6 +88,3 @@ def guarded(command, *args) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"error: {where}{err.strerror or err}", file=sys.stderr)
         return 1 if err.errno in FAULTS else 2
-
-
-FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # the machine's trouble, not the command's

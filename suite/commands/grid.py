@@ -84,12 +84,12 @@ def check_flags(args) -> None:
 
 def run_grid(args, g, root) -> int:
     """The cells of g that are not done or running, under root: listed (--dry-run), run here, or submitted."""
-    from suite import backends
+    from suite import local
 
     if args.backend == "slurm":
         return _slurm(args, g, root)
     if not args.dry_run:
-        backends.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
+        local.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
     summary, todo = _plan(g, root)
     print(summary, file=sys.stderr)
     if not todo:
@@ -98,7 +98,7 @@ def run_grid(args, g, root) -> int:
         for cell in todo:
             print(f"{cell.run_dir(root)}  [{cell.label}]")
         return 0
-    return backends.run_local(
+    return local.run_local(
         g,
         todo,
         root,
