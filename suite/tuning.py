@@ -116,6 +116,11 @@ def parse(raw: dict, where: str) -> Tuning:
             raise SuiteError(f"{where}: method '{name}' must be a table")
         body = dict(body)
         space, baseline = body.pop("space", {}), body.pop("baseline", None)
+        for key, value in body.items():  # what grid files refuse in [fixed], refused here too
+            if key in KINDS and not isinstance(value, str):
+                raise SuiteError(f"{where}: method '{name}': {key} takes a component name, got {value!r}")
+            if isinstance(value, dict):
+                raise SuiteError(f"{where}: method '{name}': '{key}' must be a value, got a table")
         if not isinstance(space, dict):
             raise SuiteError(f"{where}: the space of method '{name}' must be a table")
         if baseline is not None and (not isinstance(baseline, str) or baseline not in methods or baseline == name):

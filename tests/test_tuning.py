@@ -77,6 +77,9 @@ def test_points_are_the_same_on_every_call_and_differ_between_methods():
     ({"methods": {}}, "methods must be a table"),
     ({"methods": {"adam": {"space": {"lr": {"log": [0, 1]}}}}}, "a space is a non-empty list"),
     ({"budget": 3}, "unknown key 'budget'"),
+    ({"methods": {"adam": {"opt": ["adam"]}}}, "method 'adam': opt takes a component name, got ['adam']"),  # TypeError
+    ({"methods": {"adam": {"opt": 3}}}, "method 'adam': opt takes a component name, got 3"),
+    ({"methods": {"adam": {"lr": {"log": 1}}}}, "method 'adam': 'lr' must be a value, got a table"),
 ])  # fmt: skip
 def test_a_tuning_table_that_would_let_tuning_into_the_final_rows_is_refused(change, message):
     raw = {"trials": 2, "tuning_seeds": [100], "final_seeds": [0, 1, 2, 3, 4], "methods": {"adam": {"opt": "adam"}},
@@ -271,19 +274,26 @@ def test_a_damaged_tuning_json_is_one_line_in_tune_and_a_warning_on_the_board(tm
     assert str(path) in warning and "tuning.md is left out" in warning
 
 
-HISTORIES = ["", '{"val_acc": 1.0, "train_acc": 1.0}\n', '{"step": "10", "val_acc": 1.0, "train_acc": 1.0}\n']
+DAMAGED_TUNING_RUNS = {  # kind -> (the run's file, what it holds now)
+    "metrics emptied": ("metrics.jsonl", ""),
+    "an evaluation without a step": ("metrics.jsonl", '{"val_acc": 1.0, "train_acc": 1.0}\n'),
+    "a step that is text": ("metrics.jsonl", '{"step": "10", "val_acc": 1.0, "train_acc": 1.0}\n'),
+    "a result that is {}": ("result.json", "{}"),
+    "a result that is a list": ("result.json", "[1, 2]"),
+}
 
 
-@pytest.mark.parametrize("metrics", HISTORIES, ids=["empty", "no step", "a step that is text"])
-def test_a_finished_tuning_run_without_its_evaluations_is_one_line_not_a_failure(tmp_path, capsys, metrics):
+@pytest.mark.parametrize("kind", DAMAGED_TUNING_RUNS)
+def test_a_damaged_finished_tuning_run_is_one_line_naming_the_file_not_a_failure(tmp_path, capsys, kind):
     # judged from no evaluations, the run would count as never reaching the target: a wrong choice
+    name, content = DAMAGED_TUNING_RUNS[kind]
     (tmp_path / "g.toml").write_text(TINY_FIXED + ONE_POINT)
     root = tmp_path / "runs"
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
     shutil.rmtree(root / "final")
-    (history,) = (root / "tuning").rglob("metrics.jsonl")
-    history.write_text(metrics)
+    (damaged,) = (root / "tuning").rglob(name)
+    damaged.write_text(content)
     capsys.readouterr()
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 2
     (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert str(history) in error and not (root / "final").exists()
+    assert str(damaged) in error and not (root / "final").exists()
