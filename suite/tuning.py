@@ -183,7 +183,7 @@ def check_cells(grid: Grid, tuning: Tuning) -> None:
     for cell in grid.cells:
         if named.setdefault(_name(cell), cell) is not cell:
             raise SuiteError(
-                f"{where}: two cells are both '{_name(cell) or grid.name}' (experiment and axis values), the name "
+                f"{where}: two cells are both '{_name(cell)}' (experiment and axis values), the name "
                 "tuning.json knows a cell by: give each [[experiment]] a name of its own"
             )
     for method in tuning.methods:
@@ -201,9 +201,12 @@ def check_cells(grid: Grid, tuning: Tuning) -> None:
 
 def _differences(a: dict, b: dict) -> list[str]:
     """The settings (kind.key) in which two specs differ."""
-    flat_a, flat_b = ({f"{kind}.{k}": v for kind, part in spec.items() if isinstance(part, dict)
-                       for k, v in part.items()} for spec in (a, b))  # fmt: skip
+    flat_a, flat_b = (_flat(spec) for spec in (a, b))
     return sorted(k for k in flat_a.keys() | flat_b.keys() if flat_a.get(k) != flat_b.get(k))
+
+
+def _flat(spec: dict) -> dict:
+    return {f"{kind}.{k}": v for kind, part in spec.items() if isinstance(part, dict) for k, v in part.items()}
 
 
 def tuning_cells(grid: Grid, tuning: Tuning) -> list[Cell]:

@@ -513,7 +513,7 @@ def test_nothing_is_tracked_before_the_run_is_known_to_build(tmp_path, capsys, m
 MISSPELLED = {  # arguments -> what the one line says
     "grid g.toml --backend slrum": "python -m suite grid: argument --backend: invalid choice: 'slrum'",
     "grid g.toml --workers two": "argument --workers: invalid int value: 'two'",
-    "tune g.toml --wandb ofline": "python -m suite tune: argument --wandb: invalid choice: 'ofline'",
+    "tune g.toml --wandb ofline": "python -m suite tune: argument --wandb: 'ofline' (from --wandb or WANDB_MODE)",
     "leaderboard runs --tau-max x": "argument --tau-max: invalid float value: 'x'",
     "lsit": "python -m suite: argument command: invalid choice: 'lsit'",
     "grid g.toml --wrokers 2": "unrecognized arguments: --wrokers 2",

@@ -189,6 +189,7 @@ def test_split_and_stack_are_inverse_on_an_optimizer_state():
     assert back["state"][0]["step"] == state["state"][0]["step"] and back["param_groups"] == state["param_groups"]
 
 
+@pytest.mark.filterwarnings("ignore:grad and param do not obey")  # the transposed layout set below, on purpose
 def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layout():
     # Each stacked weight is stored in the layout its gradient leaves the backward in (contiguous
     # on CPU, out of the cat that joins the members; transposed from a GPU's batched product), so
