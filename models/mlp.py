@@ -105,12 +105,11 @@ class MLP(nn.Module):
         return self.out(F.relu(self.hidden(h.flatten(1))))
 
     def forward_stacked(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """K members at once (suite/ensemble.py): params stacked on a leading member axis, x [K, batch,
-        ...]. Each member's logits and gradients are what the model alone computes, bit for bit on one
-        thread (tests/test_ensemble.py; to float32 rounding on several, where MKL may split a sum
-        differently for a batch of products than for one): baddbmm adds the bias inside the product as
-        nn.Linear's addmm does (a product then a sum rounds differently, and cost ~0.5 ms of a 9 ms step
-        on CPU)."""
+        """K members at once on a GPU (suite/ensemble.py; on CPU each member runs `forward` on its
+        slice, the calls its separate run makes): params stacked on a leading member axis, x [K,
+        batch, ...]. Each member's logits and gradients are what the model alone computes to float32
+        rounding: baddbmm adds the bias inside the product as nn.Linear's addmm does (a product then a
+        sum rounds differently, and cost ~0.5 ms of a 9 ms step)."""
         if self.inputs == "embed":  # one lookup in the K tables laid end to end (faster than advanced indexing)
             E = params["embed.weight"]
             k, vocab = E.shape[:2]

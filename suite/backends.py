@@ -1,4 +1,5 @@
-"""Running many cells: the bookkeeping around train(), manifests, chunks and the local backend.
+"""Running many cells: the bookkeeping around train(), manifests and chunks (the local backend
+that runs them on this machine: suite/local.py).
 
 Cells that differ only in their seed form a seed group, trained as one ensemble (at most
 `ensemble` members; suite/ensemble.py), which is the same computation as separate runs.
@@ -6,7 +7,7 @@ A grid submission writes a manifest into ROOT/grids/<grid>/<stamp>/: the cells s
 (each with its spec and run dir) and the chunks, each a list of seed groups of about
 cells_per_task cells (a group is never split). `python -m suite chunk MANIFEST I` runs chunk
 I, group after group, skipping finished cells. The local backend starts one such process per
-chunk, N at a time, each with one torch thread; a Slurm array task is one chunk
+chunk, N at a time, each with one torch thread (suite/local.py); a Slurm array task is one chunk
 (suite/slurm.py). Results never go through the manifest: each cell writes its own run dir.
 """
 
@@ -15,18 +16,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from suite.errors import SuiteError, missing_extra
+from suite.errors import FAULTS, SuiteError, missing_extra
 from suite.grid import Cell, Grid
-from suite.results import headline
-from suite.rundir import RunDir, RunLocked, check_writable, read_json, writable_dir, write_json
+from suite.rundir import RunDir, RunLocked, read_json, writable_dir, write_json
 from suite.spec import shared
 
+FULL = 4  # a chunk's exit code when the machine failed it (a full disk): every cell after would meet it too
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
 # The local backend's worker processes share the cores: one torch thread each, and OpenMP threads
 # that sleep while they wait (busy-waiting beside other runs made small steps 7-14x slower).
@@ -194,10 +194,10 @@ def catch_stop_signals() -> None:
 
 
 def run_chunk(manifest_path: str | Path, index: int) -> int:
-    """Run chunk `index` of a manifest. Exit code: 0 all done, 1 a cell failed, 3 preempted."""
+    """Run chunk `index` of a manifest. Exit code: 0 all done, 1 a cell failed, 3 preempted, FULL
+    the disk is full (said in one last line naming the file)."""
     catch_stop_signals()
-    from suite.tracking import make_tracker
-    from suite.train import Preempted, resolve_device
+    from suite.train import resolve_device
 
     try:
         manifest = read_json(manifest_path)
@@ -213,187 +213,51 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
         if pending and _stop_requested:
             print(f"stopped by {_stop_requested[0]} before {pending[0]['run_dir']}", file=sys.stderr)
             return 3
-        names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in pending)
-        if pending:
-            print(
-                f"running {names}"
-                if len(pending) == 1
-                else f"running {len(pending)} seeds as one ensemble:\n  {names}",
-                file=sys.stderr,
-                flush=True,
-            )
-        try:
-            run_pending(
-                [c["spec"] for c in cells],
-                [Path(c["run_dir"]) for c in cells],
-                [f"{c['run_dir']} [{c['label']}]" for c in cells],
-                device,
-                manifest.get("compile", False),
-                lambda i, cells=cells: make_tracker(
-                    manifest["wandb"], cells[i]["spec"], cells[i]["run_dir"], manifest["grid"], cells[i]["experiment"]
-                ),
-                [{"grid": manifest["grid"], "experiment": c["experiment"]} for c in cells],
-            )
-        except Preempted as stop:
-            print(f"stopped: {stop}", file=sys.stderr)
-            return 3  # the rest of the chunk runs when the task is requeued
-        except RunLocked as err:
-            print(f"skipped: {err}", file=sys.stderr)
-        except SuiteError as err:  # bad input found only when building (e.g. a model that cannot read the task)
-            for cell in pending:
-                RunDir(cell["run_dir"]).record_failure(err)
-            failed += len(pending)
-            print(f"failed: {names}: {err}", file=sys.stderr)
-        except Exception:
-            failed += len(pending)
-            print(f"failed: {names}:\n{traceback.format_exc()}", file=sys.stderr)
-        else:
-            if pending:
-                print(f"finished {names}", file=sys.stderr, flush=True)
+        code = _run_group(manifest, cells, pending, device)
+        if code in (3, FULL):  # preempted: the rest runs when the task is requeued; a full disk: nothing would
+            return code
+        failed += code
     return 1 if failed else 0
 
 
-# --- local backend ----------------------------------------------------------------------------------
+def _run_group(manifest: dict, cells: list[dict], pending: list[dict], device) -> int:
+    """One seed group of a chunk, its progress said on stderr: 3 preempted, FULL the disk is full,
+    else 1 if its cells failed, 0 if not."""
+    from suite.tracking import make_tracker
+    from suite.train import Preempted
 
-
-def check_local(root: str | Path, device: str, cells: list[Cell] = ()) -> None:
-    """What would stop a local grid once it runs, checked before anything is printed or written:
-    a root that cannot be written, a device this machine lacks or a precision it cannot run (else
-    every worker fails on it)."""
-    check_writable(root)
-    if device not in ("auto", "cpu") or any(cell.spec.get("train", {}).get("precision") == "tf32" for cell in cells):
-        from suite import precision
-        from suite.train import resolve_device
-
-        resolved = resolve_device(device)
-        for cell in cells:
-            if "train" in cell.spec:
-                precision.check(cell.spec["train"]["precision"], resolved)
-
-
-def run_local(
-    grid: Grid,
-    cells: list[Cell],
-    root: str | Path,
-    *,
-    workers: int,
-    device: str,
-    wandb: str,
-    ensemble: int,
-    compile: bool,
-) -> int:
-    """Run the chunks (seed groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
-    every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
-    failed, 3 if stopped."""
-    if workers < 1:
-        raise SuiteError(f"--workers must be at least 1, got {workers}")
-    check_local(root, device, cells)
-    workdir = new_submission_dir(root, grid.name)
-    manifest = write_manifest(
-        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile
-    )
-    pool = _Workers(manifest, cells, root, workers)
-    old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(
-        f"{len(cells)} cells in {len(pool.chunks)} processes (cells differing only in seed train as one ensemble), "
-        f"{workers} at a time; logs in {workdir / 'logs'}",
-        file=sys.stderr,
-    )
+    names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in pending)
+    if pending:
+        many = f"running {len(pending)} seeds as one ensemble:\n  {names}"
+        print(f"running {names}" if len(pending) == 1 else many, file=sys.stderr, flush=True)
     try:
-        shown, last = {}, time.monotonic()
-        while (pool.pending or pool.running) and not (pool.stopped and not pool.running):
-            pool.start()
-            time.sleep(0.1)
-            pool.reap()
-            if time.monotonic() - last >= PROGRESS_EVERY_S:
-                last = time.monotonic()
-                logs = [Path(log.name) for _, log in pool.running.values()]
-                for line in progress_lines(logs, shown):
-                    print(line, file=sys.stderr, flush=True)
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    left = sum(len(pool.chunks[k]) for k in pool.pending)
-    counts = ", ".join(f"{v} {k}" for k, v in pool.counts.items() if v or k == "done")
-    print(counts + (f", {left} not started" if left else ""), file=sys.stderr)
-    return 3 if pool.stopped else (1 if pool.counts["failed"] else 0)
-
-
-PROGRESS_EVERY_S = 30  # how often a local grid echoes its running processes' latest log lines
-
-
-def progress_lines(logs: list[Path], shown: dict) -> list[str]:
-    """The latest line of each running process's log (its stack's step, members live, milestones)
-    that was not shown before; `shown` remembers, per log, the line last shown."""
-    lines = []
-    for log in logs:
-        try:
-            text = log.read_text(errors="replace").rstrip("\n")
-        except OSError:
-            continue
-        latest = text.rsplit("\n", 1)[-1].strip()
-        if latest and shown.get(log) != latest:
-            shown[log] = latest
-            lines.append(f"  {latest}")
-    return lines
-
-
-class _Workers:
-    """The chunk processes of a local grid submission, at most `workers` at once, and what became of their cells."""
-
-    def __init__(self, manifest: Path, cells: list[Cell], root, workers: int):
-        self.manifest, self.cells, self.root, self.workers = manifest, cells, root, workers
-        self.chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
-        self.pending, self.running = list(range(len(self.chunks))), {}
-        self.counts = {"done": 0, "failed": 0, "stopped": 0, "skipped": 0}
-        self.stopped = []
-
-    def stop(self, signum, frame) -> None:
-        """SIGINT/SIGTERM: every running chunk checkpoints and stops; none starts."""
-        self.stopped.append(signum)
-        for proc in self.running:
-            proc.send_signal(signal.SIGTERM)
-
-    def start(self) -> None:
-        while self.pending and len(self.running) < self.workers and not self.stopped:
-            k = self.pending.pop(0)
-            log = open(self.manifest.parent / "logs" / f"{k:04d}-{self.cells[self.chunks[k][0]].id}.log", "w")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "suite", "chunk", str(self.manifest), str(k)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=os.environ | WORKER_ENV,
-                start_new_session=True,
-            )
-            self.running[proc] = (k, log)
-
-    def reap(self) -> None:
-        """The chunks that ended: one line per cell, with its outcome."""
-        for proc in [p for p in self.running if p.poll() is not None]:
-            k, log = self.running.pop(proc)
-            log.close()
-            for i in self.chunks[k]:
-                cell = self.cells[i]
-                outcome = _outcome(proc.returncode, RunDir(cell.run_dir(self.root)))
-                self.counts[outcome] += 1
-                line = _outcome_line(sum(self.counts.values()), len(self.cells), outcome, cell, self.root, log.name)
-                print(line, file=sys.stderr, flush=True)
-
-
-def _outcome(returncode: int, rd: RunDir) -> str:
-    if rd.finished:  # an ensemble member may have finished before the rest of its process stopped
-        return "done"
-    if returncode == 3:
-        return "stopped"
-    return "skipped" if returncode == 0 else "failed"  # skipped: another process holds the cell
-
-
-def _outcome_line(n: int, total: int, outcome: str, cell: Cell, root, log: str) -> str:
-    rd = RunDir(cell.run_dir(root))
-    line = f"[{n}/{total}] {outcome:<7} {rd.path} [{cell.label}]"
-    if outcome == "done":
-        result = read_json(rd / "result.json")
-        line += "".join(f"  {part}" for part in (headline(result), f"{result['wall_s']:.1f} s") if part)
-    elif outcome == "failed":
-        line += f"  (see {log})"
-    return line
+        run_pending(
+            [c["spec"] for c in cells],
+            [Path(c["run_dir"]) for c in cells],
+            [f"{c['run_dir']} [{c['label']}]" for c in cells],
+            device,
+            manifest.get("compile", False),
+            lambda i: make_tracker(
+                manifest["wandb"], cells[i]["spec"], cells[i]["run_dir"], manifest["grid"], cells[i]["experiment"]
+            ),
+            [{"grid": manifest["grid"], "experiment": c["experiment"]} for c in cells],
+        )
+    except Preempted as stop:
+        print(f"stopped: {stop}", file=sys.stderr)
+        return 3
+    except RunLocked as err:
+        print(f"skipped: {err}", file=sys.stderr)
+    except SuiteError as err:  # bad input found only when building (e.g. a model that cannot read the task)
+        for cell in pending:
+            RunDir(cell["run_dir"]).record_failure(err)
+        print(f"failed: {names}: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        if isinstance(err, OSError) and err.errno in FAULTS:  # not the cells' failure: every cell after would meet it
+            print(f"error: {err.filename}: {err.strerror}", file=sys.stderr)
+            return FULL
+        print(f"failed: {names}:\n{traceback.format_exc()}", file=sys.stderr)
+        return 1
+    if pending:
+        print(f"finished {names}", file=sys.stderr, flush=True)
+    return 0

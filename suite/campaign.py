@@ -15,7 +15,9 @@ with SIGTERM (its runs checkpoint) and what it finished is packed, so a part kil
 never loses what it measured. Each part writes `<part>.json` (every step: its command, exit code, seconds
 and figures), `<part>.md` (the same as a table, also printed last) and `<part>-runs.tar.gz` (the run
 folders' spec, metrics and result files and the leaderboards made from them; no checkpoints or
-weights). A part can run again: finished cells are skipped, as in any grid.
+weights). A part can run again: finished cells are skipped, as in any grid. A deadline that is no
+time, a device this machine lacks or a folder that cannot be written stops a part before it runs, in
+one line (exit 2); a part with a failed step says which in one line, after its report (exit 1).
 
 --device cpu --quick runs every step on tiny settings in seconds: the path CI tests
 (tests/test_campaign.py). Steps:
@@ -30,8 +32,8 @@ weights). A part can run again: finished cells are skipped, as in any grid.
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -39,6 +41,10 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+
+from suite.cli import OneLineParser, guarded
+from suite.errors import SuiteError
+from suite.rundir import check_writable
 
 PARTS = ("check", "grids", "long")
 KEEP = ("spec.json", "metrics.jsonl", "result.json", "error.json", "tuning.json")
@@ -151,15 +157,21 @@ class Campaign:
         return self.out
 
 
+DEVICE_TESTS = Path(__file__).resolve().parents[1] / "tests" / "test_device.py"  # found from any folder
+
+
 def check(c: Campaign) -> None:
-    tests = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "device", "tests/test_device.py"]
+    tests = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "device", str(DEVICE_TESTS)]
     c.run("device tests", tests, env={"SUITE_TEST_DEVICE": c.device}, share=0.3)
     steps = ["--set=train.steps=60"] + QUICK if c.quick else ["--set=train.steps=2500"]
     dirs = {"device": c.work / "default-device", "cpu": c.work / "default-cpu"}
     for where, device in (("device", c.device), ("cpu", "cpu")):  # on the CPU path: the CPU against itself
         c.suite(f"default cell on {device}", "run", "--device", device, "--out", dirs[where], *steps, share=0.3)
     c.roots += list(dirs.values())
-    c.steps.append({"step": "cpu vs device", "exit": 0, "seconds": 0.0, **compare_runs(*dirs.values())})
+    if all((d / "result.json").is_file() for d in dirs.values()):
+        c.steps.append({"step": "cpu vs device", "exit": 0, "seconds": 0.0, **compare_runs(*dirs.values())})
+    else:
+        c.steps.append({"step": "cpu vs device", "exit": None, "seconds": 0.0, "note": "skipped: a run did not finish"})
     bench = ["--quick", "--skip", "plain"] if c.quick else ["--skip", "plain,probe", "--ensembles", "1,32,256,1024"]
     c.suite("bench", "bench", "--device", c.device, "--out", c.out / "bench.json", *bench)
 
@@ -204,20 +216,36 @@ def long(c: Campaign) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m suite.campaign", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m suite.campaign", description=__doc__.split("\n\n")[0])
     p.add_argument("part", choices=PARTS)
     p.add_argument("--out", default="runs/campaign", help="where the packed results go (default runs/campaign)")
     p.add_argument("--work", default="runs/campaign-work", help="run folders (kept: a part resumes from them)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--quick", action="store_true", help="tiny settings, every step in seconds (the CPU path)")
     p.add_argument("--budget-s", type=float, default=540.0, help="the part's deadline (default 540 s)")
-    args = p.parse_args(argv)
+    return guarded(run_part, p.parse_args(argv))
+
+
+def run_part(args) -> int:
+    """The part's steps, after what would stop them all is checked (a deadline that is no time, a
+    device this machine lacks, folders that cannot be written); exit code 1 if a step failed."""
+    from suite.train import resolve_device
+
+    if not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        raise SuiteError(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
+    resolve_device(args.device)
+    for path in (args.out, args.work):
+        check_writable(path)
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     c = Campaign(args.part, Path(args.out), work, args.device, args.quick, args.budget_s)
     {"check": check, "grids": grids, "long": long}[args.part](c)
     c.finish()
-    return 0
+    failed = [s["step"] for s in c.steps if s["exit"] not in (0, None) and "deadline" not in s.get("note", "")]
+    if failed:
+        print(f"error: {len(failed)} of {len(c.steps)} steps failed ({', '.join(failed)}): {c.out / args.part}.md",
+              file=sys.stderr)  # fmt: skip
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

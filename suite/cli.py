@@ -7,13 +7,12 @@ them together, and turns bad input (SuiteError) into one line on stderr and exit
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import os
 import sys
 
 from suite.commands import COMMANDS
-from suite.errors import SuiteError, missing_extra
+from suite.errors import FAULTS, SuiteError, missing_extra
 
 
 def runtime_defaults() -> None:
@@ -28,10 +27,20 @@ def runtime_defaults() -> None:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a bad flag or value said in one line (argparse prints its usage block first):
+    the command and what is wrong, exit code 2. --help still shows the usage. Subcommands' parsers
+    are of their parent's class, so every one of them says it so."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def make_parser() -> argparse.ArgumentParser:
     from suite import __version__
 
-    parser = argparse.ArgumentParser(prog="python -m suite", description="A grokking benchmark suite.")
+    parser = OneLineParser(prog="python -m suite", description="A grokking benchmark suite.")
     parser.add_argument("--version", action="version", version=f"grokking-suite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
@@ -52,8 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         if pairs is None:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")  # what parse_args says
         args.set += pairs
+    return guarded(args.func, args)
+
+
+def guarded(command, *args) -> int:
+    """command(*args), its exit code, with what the user can act on said in one line on stderr and
+    the project's exit code: bad input (SuiteError) 2, an extra not installed 2, a path that cannot
+    be used 2 or a full disk 1 (OSError), Ctrl-C outside a training loop 130."""
     try:
-        return args.func(args)
+        return command(*args)
     except SuiteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -72,6 +88,3 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"error: {where}{err.strerror or err}", file=sys.stderr)
         return 1 if err.errno in FAULTS else 2
-
-
-FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # the machine's trouble, not the command's

@@ -6,10 +6,11 @@ the forward vmapped over the member axis (or the model's own `forward_stacked`).
 the K per-member mean losses, so each slice of a stacked gradient is exactly that member's own
 gradient; an optimizer or filter that treats every element on its own (Adam, AdamW, SGD,
 Adam-LR, Grokfast) then makes each member's update the one its separate run would make. A single
-run of such a cell is the stack of one, so it takes the same kernels as a member of a larger
-stack: on CPU with one thread the results are equal bit for bit; with more threads or on a GPU a
-kernel may split a sum differently for another stacked shape, and they agree to float rounding
-(tests/test_ensemble.py, README "Many seeds at once").
+run of such a cell is the stack of one, and on CPU a member of a larger stack makes its matrix
+products alone too (Stacked.forward), so it takes the same kernels: on CPU with one thread the
+results are equal bit for bit; with more threads or on a GPU a kernel may split a sum differently
+for another stacked shape, and they agree to float rounding (tests/test_ensemble.py, README "Many
+seeds at once").
 
 `Alone(model)` is one model as it is, for a member that cannot stack exactly (suite/plan.py
 says which and why): the same interface over a member axis of one, no vmap.
@@ -55,23 +56,47 @@ class Stacked(nn.Module):
         return getattr(self, _key(name))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [K, batch, ...] -> logits [K, batch, classes]."""
-        params = {n: self.stacked(n) for n in self._names}
-        if hasattr(self.base, "forward_stacked"):  # the model's own stacked arithmetic (models/mlp.py)
-            return self.base.forward_stacked(params, x)
-        buffers = {n: self.stacked(n) for n in self._buffer_names}
-        return torch.vmap(self._member_forward)(params, buffers, x)
+        """x: [K, batch, ...] -> logits [K, batch, classes]. On CPU each member runs the model's own
+        forward on its slice of the stack, so it makes the very calls its separate run makes: torch
+        hands a batch of K > 1 matrix products to MKL's batched gemm and one product to its plain
+        gemm, which MKL computes apart for some shapes, which shapes depending on the CPU (a product
+        with one column on an AMD EPYC; MLPs of width 32 and 64 elsewhere). On a GPU, where members
+        agree to rounding anyway, the whole stack goes through one batched call (vmap, or the model's
+        own forward_stacked) for speed."""
+        if x.device.type != "cpu":
+            return self.batched(x)
+        tensors = {n: self.stacked(n) for n in self._names + self._buffer_names}
+        # unbind, not indexing: its backward is one stack, where K indexings would each fill a full-size zero tensor
+        members = [dict(zip(tensors, ts)) for ts in zip(*(t.unbind() for t in tensors.values()))]
+        return torch.stack([self._member_forward(member, xi) for member, xi in zip(members, x)])
 
-    def _member_forward(self, params, buffers, x):
-        return functional_call(self.base, (params, buffers), (x,))
+    def batched(self, x: torch.Tensor) -> torch.Tensor:
+        """The whole stack in one batched call: the model's own forward_stacked (models/mlp.py), or
+        its forward vmapped over the member axis (which fails for a model whose ops have no
+        batching rule)."""
+        tensors = {n: self.stacked(n) for n in self._names + self._buffer_names}
+        if hasattr(self.base, "forward_stacked"):
+            return self.base.forward_stacked({n: tensors[n] for n in self._names}, x)
+        return torch.vmap(self._member_forward)(tensors, x)
+
+    def _member_forward(self, tensors: dict, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.base, tensors, (x,))
+
+    def check_batched(self, x: torch.Tensor) -> None:
+        """The batched forward and backward once on x, the global RNG untouched: raises, on any
+        device, for a model whose ops have no vmap batching rule."""
+        params = [self.stacked(n) for n in self._names]
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+            out = self.batched(x)
+            torch.autograd.grad(out, params, torch.ones_like(out), allow_unused=True)
 
     def lay_out_like_gradients(self, x: torch.Tensor) -> None:
         """Store each stacked parameter in the memory layout its gradient has when it leaves the
-        stacked backward (vmapped, or the model's forward_stacked: a Linear weight's comes out
-        transposed either way), found by one backward pass on x. Autograd then takes every step's
-        gradient as it is instead of copying it into the parameter's layout (~0.5 ms of a 10 ms MLP
-        step). Only where elements live changes: the values, and every result, stay the same. Call
-        it before the optimizer exists. A model whose ops have no batching rule fails here."""
+        stacked backward (on a GPU a Linear weight's comes out transposed; on CPU the members'
+        gradients are joined by one stack, contiguous), found by one backward pass on x. Autograd
+        then takes every step's gradient as it is instead of copying it into the parameter's layout
+        (~0.5 ms of a 10 ms MLP step on a batched backward). Only where elements live changes: the
+        values, and every result, stay the same. Call it before the optimizer exists."""
         params = [self.stacked(n) for n in self._names]
         with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
             out = self(x)
@@ -145,6 +170,14 @@ class Alone(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x[0]).unsqueeze(0)
+
+    def check_batched(self, x: torch.Tensor) -> None:
+        """The batched forward and backward once on x, the global RNG untouched: raises, on any
+        device, for a model whose ops have no vmap batching rule."""
+        params = [self.stacked(n) for n in self._names]
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+            out = self.batched(x)
+            torch.autograd.grad(out, params, torch.ones_like(out), allow_unused=True)
 
     def lay_out_like_gradients(self, x: torch.Tensor) -> None:
         pass  # the model's own layout

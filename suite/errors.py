@@ -1,4 +1,7 @@
-"""The one exception type for bad input from the user, and the one line for an extra not installed."""
+"""The one exception type for bad input from the user, the one line for an extra not installed, and
+which OS errors are the machine's fault rather than the command's."""
+
+import errno
 
 
 class SuiteError(Exception):
@@ -23,3 +26,6 @@ def missing_extra(err: ModuleNotFoundError) -> SuiteError | None:
     if extra is None:
         return None
     return SuiteError(f"this needs the [{extra}] extra (no module '{err.name}'): pip install 'grokking-suite[{extra}]'")
+
+
+FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # the machine's trouble (a full disk), not the command's

@@ -13,8 +13,9 @@
 - probes.csv, probes.parquet (when some run is a number probe): every probe run's probe.csv, one
   row per (run, data, layer) with its scores (rho, PLS R^2, ...), `run` joining it to runs.
 
-A result.json that cannot be read is skipped with one warning line naming it (so is the
-metrics.jsonl of a run, whose row stays).
+A result.json that cannot be read, or holds no full spec, is skipped with one warning line naming
+it (so is a metrics.jsonl that cannot be read or has a record without an integer step: the run's
+row stays, without curves).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.errors import SuiteError
-from suite.results import runner_of
+from suite.results import has_full_spec, runner_of
 from suite.rundir import RunDir, check_writable, read_json, write_atomic
 from suite.spec import cell_id
 
@@ -41,9 +42,25 @@ def _first_line(err: BaseException) -> str:
 
 def _read_result(path: Path) -> dict:
     result = read_json(path)
-    if not isinstance(result, dict) or not isinstance(result.get("spec"), dict):
-        raise ValueError("not a result: no spec")
+    if not has_full_spec(result):
+        raise ValueError("not a result of this suite (no full spec)")
     return result
+
+
+def _evaluations(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl records (none for a probe); none, with a warning naming the file, when
+    it is damaged or a record has no step (the curves' key)."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        records = RunDir(run_dir).read_metrics()
+        for i, record in enumerate(records):
+            step = record.get("step") if isinstance(record, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool):
+                raise ValueError(f"evaluation {i + 1} has no integer step (got {step!r})")
+    except (OSError, ValueError) as err:
+        print(f"warning: no curves from {path}: {_first_line(err)}", file=sys.stderr)
+        return []
+    return records
 
 
 def flatten(spec: dict) -> dict:
@@ -101,11 +118,7 @@ def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None
         except (OSError, ValueError) as err:
             print(f"warning: skipped {path}: {_first_line(err)}", file=sys.stderr)
             continue
-        try:
-            records = RunDir(path.parent).read_metrics()  # none for a probe
-        except (OSError, ValueError) as err:
-            print(f"warning: no curves from {path.parent / 'metrics.jsonl'}: {_first_line(err)}", file=sys.stderr)
-            records = []
+        records = _evaluations(path.parent)
         where = {"grid": result.get("grid"), "experiment": result.get("experiment")}  # older results: none
         ids.append({"run": run, "runner": runner_of(result), "cell_id": cell_id(result["spec"])} | where)
         if (path.parent / "probe.csv").is_file():

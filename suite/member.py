@@ -180,9 +180,9 @@ class Member:
         drops the last candidate if none did): train.keep_weights."""
         m = self.milestones
         if m.memorization_step == step:
-            weights.save(self.run_dir.path, "memorization", state_dict(), step)
+            weights.save(self.run_dir.path, "memorization", state_dict(), step, spec_id(self.spec))
         if m.held_since == step and m.grok_step in (None, step):
-            weights.save(self.run_dir.path, "grok", state_dict(), step)
+            weights.save(self.run_dir.path, "grok", state_dict(), step, spec_id(self.spec))
 
     def save_checkpoint(self, state: dict) -> None:
         """Its evaluations reach the disk first (fsync): no crash can leave a checkpoint whose
@@ -228,7 +228,7 @@ class Member:
             "python": platform.python_version(),
         }
         if final_weights is not None:  # before result.json: a finished run has its weights
-            weights.save(self.run_dir.path, "final", final_weights, step)
+            weights.save(self.run_dir.path, "final", final_weights, step, spec_id(self.spec))
         if m.grok_step is None:  # a streak that never held leaves no grok weights
             weights.drop(self.run_dir.path, "grok")
         write_json(self.run_dir / "result.json", self.result)

@@ -82,14 +82,19 @@ def parts(members: list[Member]) -> list[Part]:
 
 def _stacked(group: list[Member]) -> tuple[Stacked | None, str | None]:
     """The group's members as one Stacked model, or None and why not: the first stacked forward
-    and backward runs here, and a model whose ops have no vmap batching rule fails in it."""
+    and backward runs here, and the batched forward a GPU takes, where a model whose ops have no
+    vmap batching rule fails: such a model runs its seeds one after the other on every device
+    (on CPU a stack would run each member's own forward anyway), so a cell's plan is the same
+    wherever it runs."""
     name = group[0].spec["model"]["name"]
     try:  # a builder that defines its class anew at each call makes models torch cannot stack
         model = Stacked([m.model for m in group])
     except Exception as err:  # noqa: BLE001 (each model then runs alone)
         return None, f"model '{name}' cannot be stacked ({_first_line(err)})"
     try:
-        model.lay_out_like_gradients(torch.stack([m.data.x_train[:8] for m in group]))
+        sample = torch.stack([m.data.x_train[:8] for m in group])
+        model.check_batched(sample)
+        model.lay_out_like_gradients(sample)
     except Exception as err:  # noqa: BLE001 (the plain model then runs, and raises its own errors)
         return None, f"model '{name}' cannot be vmapped ({_first_line(err)})"
     return model, None

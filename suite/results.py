@@ -27,6 +27,16 @@ def runner_of(result: dict) -> str:
     return TRAIN if isinstance(spec, dict) and "train" in spec else "probe"
 
 
+def has_full_spec(result) -> bool:
+    """Is result a result of this suite: a JSON object whose spec holds every block its readers use
+    (task and model; for a trained run also its optimizer, filter, sampler and train settings)?"""
+    spec = result.get("spec") if isinstance(result, dict) else None
+    if not isinstance(spec, dict):
+        return False
+    needed = ("task", "model", "opt", "filter", "sampler", "train") if runner_of(result) == TRAIN else ("task", "model")
+    return all(isinstance(spec.get(kind), dict) for kind in needed)
+
+
 CHECKOUT = Path(__file__).resolve().parents[1]
 
 

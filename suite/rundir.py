@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.results import has_full_spec
 
 CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
 STATUSES = ("done", "running", "failed", "interrupted", "missing")
@@ -101,12 +102,13 @@ class RunDir:
 
     @property
     def finished(self) -> bool:
-        """result.json is there (written last). One that cannot be read is an error, not "done"."""
+        """result.json is there (written last). One that cannot be read, or is no result of this
+        suite (`{}`, a spec gone), is an error, not "done"."""
         path = self.path / "result.json"
         if not path.exists():
             return False
-        if not isinstance(read_json(path), dict):
-            raise UnreadableFile(f"{path} is not a result (a JSON object); delete it to run the cell again")
+        if not has_full_spec(read_json(path)):
+            raise UnreadableFile(f"{path} is not a result (no full spec); delete it to run the cell again")
         return True
 
     def lock(self, tries: int = 20) -> None:

@@ -26,6 +26,7 @@ never reads W&B: result.json is the record.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import secrets
@@ -34,7 +35,7 @@ import sys
 from pathlib import Path
 
 from suite.errors import SuiteError, missing_extra
-from suite.rundir import write_atomic
+from suite.rundir import check_writable, write_atomic
 from suite.spec import cell_id, spec_id
 
 ID_FILE = "wandb_id.txt"
@@ -63,18 +64,47 @@ SUMMARY_KEYS = (
 )
 
 
+# --wandb's modes, and WANDB_MODE's words for them
+ALIASES = {
+    "off": "off", "offline": "offline", "online": "online", "disabled": "off", "dryrun": "offline", "run": "online",
+}  # fmt: skip
+
+
 def default_mode() -> str:
     """--wandb's default, from WANDB_MODE (disabled -> off; online/run -> online); without it,
-    online under a sweep agent (it sets WANDB_SWEEP_ID), whose sweep would otherwise see nothing."""
+    online under a sweep agent (it sets WANDB_SWEEP_ID), whose sweep would otherwise see nothing,
+    else off. A WANDB_MODE that is no mode is returned as it is, for mode_of to refuse: read as
+    off, a misspelled "ofline" would turn tracking off without a word."""
     env = os.environ.get("WANDB_MODE", "").strip().lower()
-    if not env and os.environ.get("WANDB_SWEEP_ID"):
-        return "online"
-    return {"offline": "offline", "dryrun": "offline", "online": "online", "run": "online"}.get(env, "off")
+    if not env:
+        return "online" if os.environ.get("WANDB_SWEEP_ID") else "off"
+    return ALIASES.get(env, env)
+
+
+def mode_of(text: str) -> str:
+    """--wandb's type (argparse applies it to the default from WANDB_MODE too): one of MODES."""
+    if (mode := ALIASES.get(text.strip().lower())) is None:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' (from --wandb or WANDB_MODE) is not one of {', '.join(MODES)} (WANDB_MODE may also "
+            "say disabled, dryrun or run)"
+        )
+    return mode
 
 
 def check_mode(mode: str) -> str:
+    """mode, checked before anything runs or is written: one of MODES, and when it tracks, W&B
+    installed and WANDB_DIR usable (W&B would log into a temporary folder instead, without a word)."""
     if mode not in MODES:
         raise SuiteError(f"--wandb takes {', '.join(MODES)}, got '{mode}'")
+    if mode == "off":
+        return mode
+    if importlib.util.find_spec("wandb") is None:
+        raise missing_extra(ModuleNotFoundError(name="wandb"))
+    if wandb_dir := os.environ.get("WANDB_DIR"):
+        try:
+            check_writable(Path(wandb_dir))
+        except SuiteError as err:
+            raise SuiteError(f"WANDB_DIR: {err}") from None
     return mode
 
 
@@ -113,8 +143,6 @@ def make_tracker(mode: str, spec: dict, run_dir: str | Path, grid: str | None = 
     """A tracker for train() or a task's own runner (the number probes), or None when tracking is off."""
     if check_mode(mode) == "off":
         return None
-    if importlib.util.find_spec("wandb") is None:  # said before anything is written
-        raise missing_extra(ModuleNotFoundError(name="wandb"))
     return WandbTracker(mode, spec, run_dir, grid, experiment)
 
 

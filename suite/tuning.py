@@ -25,13 +25,15 @@ trials, and the score comes from runs separate from the tuning. Here, for each c
 A space maps a setting to a list (drawn uniformly), `{ log = [lo, hi] }` (log-uniform) or
 `{ range = [lo, hi] }` (uniform). `python -m suite tune GRID --root ROOT` runs both phases, and
 skips what is done: run it again after a Slurm submission of the tuning runs to submit the finals.
+A grid whose cells tuning.json could not tell apart (two of one name, or two that a method makes
+one spec) is refused before anything runs (check_cells); suite/tuning_record.py reads and writes
+tuning.json.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +43,7 @@ import numpy as np
 from suite.errors import SuiteError
 from suite.grid import KINDS, Cell, Grid
 from suite.milestones import Milestones
-from suite.rundir import RunDir, write_json
+from suite.rundir import RunDir, UnreadableFile
 from suite.spec import default_run_dir, resolve, spec_id
 
 MIN_FINAL_SEEDS = 5  # the fewest seeds a verdict rests on (leaderboards/README.md, How verdicts are judged)
@@ -97,11 +99,13 @@ def parse(raw: dict, where: str) -> Tuning:
         raise SuiteError(f"{where}: trials must be an integer in [1, 1000], got {trials!r}")
     seeds = {key: raw.get(key) for key in ("tuning_seeds", "final_seeds")}
     for key, value in seeds.items():
-        if not (isinstance(value, list) and value and all(isinstance(s, int) and s >= 0 for s in value)):
+        if not (isinstance(value, list) and value and all(_seed(s) for s in value)):
             raise SuiteError(f"{where}: {key} must be a list of non-negative integers, got {value!r}")
+        if twice := sorted({s for s in value if value.count(s) > 1}):
+            raise SuiteError(f"{where}: {key} lists seeds {twice} more than once; a seed is one run")
     if overlap := sorted(set(seeds["tuning_seeds"]) & set(seeds["final_seeds"])):
         raise SuiteError(f"{where}: seeds {overlap} are both tuning and final seeds; the final runs must be fresh")
-    if len(set(seeds["final_seeds"])) < MIN_FINAL_SEEDS:
+    if len(seeds["final_seeds"]) < MIN_FINAL_SEEDS:
         raise SuiteError(f"{where}: final_seeds must hold {MIN_FINAL_SEEDS} seeds or more, got {seeds['final_seeds']}")
     methods = raw.get("methods")
     if not isinstance(methods, dict) or not methods:
@@ -112,13 +116,22 @@ def parse(raw: dict, where: str) -> Tuning:
             raise SuiteError(f"{where}: method '{name}' must be a table")
         body = dict(body)
         space, baseline = body.pop("space", {}), body.pop("baseline", None)
+        for key, value in body.items():  # what grid files refuse in [fixed], refused here too
+            if key in KINDS and not isinstance(value, str):
+                raise SuiteError(f"{where}: method '{name}': {key} takes a component name, got {value!r}")
+            if isinstance(value, dict):
+                raise SuiteError(f"{where}: method '{name}': '{key}' must be a value, got a table")
         if not isinstance(space, dict):
             raise SuiteError(f"{where}: the space of method '{name}' must be a table")
-        if baseline is not None and (baseline not in methods or baseline == name):
+        if baseline is not None and (not isinstance(baseline, str) or baseline not in methods or baseline == name):
             raise SuiteError(f"{where}: method '{name}': baseline must name another method, got {baseline!r}")
         space = {key: _space(value, f"{where} {name}.space.{key}") for key, value in space.items()}
         out.methods.append(Method(name, body, space, baseline))
     return out
+
+
+def _seed(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _space(value, where: str):
@@ -161,6 +174,41 @@ def spec_for(base: dict, method: Method, point: dict, seed: int, where: str) -> 
         raise SuiteError(f"{where}: method '{method.name}': {err}") from None
 
 
+def check_cells(grid: Grid, tuning: Tuning) -> None:
+    """tuning.json (and the board's tuning.md) know a cell by its name, and a cell's runs by the
+    specs a method makes of it: two cells of one name would take each other's choices, and two
+    that a method makes the same spec would share one set of runs under two names. Refused in
+    one line, before anything runs. Checked over every experiment: they share tuning.json."""
+    where, named = str(grid.path), {}
+    for cell in grid.cells:
+        if named.setdefault(_name(cell), cell) is not cell:
+            raise SuiteError(
+                f"{where}: two cells are both '{_name(cell)}' (experiment and axis values), the name "
+                "tuning.json knows a cell by: give each [[experiment]] a name of its own"
+            )
+    for method in tuning.methods:
+        # every point sets the same keys, so cells one point makes the same spec, every point does
+        point, seed, made = method.points(tuning.trials)[0], tuning.tuning_seeds[0], {}
+        for cell in grid.cells:
+            other = made.setdefault(spec_id(spec_for(cell.spec, method, point, seed, where)), cell)
+            if other is not cell:
+                raise SuiteError(
+                    f"{where}: method '{method.name}' replaces what cells [{_name(other)}] and [{_name(cell)}] "
+                    f"differ in ({', '.join(_differences(other.spec, cell.spec))}), so it would run them as one "
+                    "cell: take that axis out of the grid, or the setting out of the method"
+                )
+
+
+def _differences(a: dict, b: dict) -> list[str]:
+    """The settings (kind.key) in which two specs differ."""
+    flat_a, flat_b = (_flat(spec) for spec in (a, b))
+    return sorted(k for k in flat_a.keys() | flat_b.keys() if flat_a.get(k) != flat_b.get(k))
+
+
+def _flat(spec: dict) -> dict:
+    return {f"{kind}.{k}": v for kind, part in spec.items() if isinstance(part, dict) for k, v in part.items()}
+
+
 def tuning_cells(grid: Grid, tuning: Tuning) -> list[Cell]:
     """Every cell x method x point x tuning seed."""
     where, cells = str(grid.path), {}
@@ -184,8 +232,7 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
                 dirs = [RunDir(default_run_dir(spec, root)) for spec in specs]
                 if not all(d.finished for d in dirs):
                     return None
-                # judged from the evaluations by the one success rule (suite.milestones), as the board does
-                reached = [Milestones.of(d.read_metrics(), *_targets(spec)) for d, spec in zip(dirs, specs)]
+                reached = [_reached(d, spec) for d, spec in zip(dirs, specs)]
                 times = [math.inf if m.grok_step is None else float(m.grok_step) for m in reached]
                 best_val = [m.best_val_acc or 0.0 for m in reached]
                 tried.append(
@@ -210,6 +257,29 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
     return chosen
 
 
+def _reached(run_dir: RunDir, spec: dict) -> Milestones:
+    """What a finished tuning run reached, judged from its evaluations by the one success rule
+    (suite.milestones), as the board does. A history that is gone or not evaluations would judge
+    the run a failure: one line naming the file instead."""
+    records, path = run_dir.read_metrics(), run_dir / "metrics.jsonl"
+    if not records or not all(_evaluation(r) for r in records):
+        raise UnreadableFile(
+            f"{path} {'holds no evaluations' if not records else 'holds a line that is not an evaluation'}, "
+            "though the run finished: delete its run dir to run it again"
+        )
+    return Milestones.of(records, *_targets(spec))
+
+
+def _evaluation(record) -> bool:
+    number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
+    return (
+        isinstance(record, dict)
+        and _seed(record.get("step"))
+        and number(record.get("val_acc"))
+        and number(record.get("train_acc"))
+    )
+
+
 def _targets(spec: dict) -> tuple[float, float, int]:
     train = spec["train"]
     return train["memorization"], train["target"], train["hold"]
@@ -219,40 +289,18 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict]) -> list[Cell]:
     """Each chosen point on the final seeds; records the run ids in its entry ("final_runs"), by
     which the leaderboard finds a method's final runs."""
     by = {(c["cell"], c["method"]): c for c in chosen}
-    cells = []
+    cells = {}  # two methods that chose the same settings share their final runs
     for cell in grid.cells:
         for method in tuning.methods:
             entry = by[_name(cell), method.name]
             where = str(grid.path)
             specs = [spec_for(cell.spec, method, entry["settings"], seed, where) for seed in tuning.final_seeds]
             entry["final_runs"] = [spec_id(spec) for spec in specs]
-            cells += [Cell(spec, _label(cell, method, entry["chosen"], spec["seed"]), method.name) for spec in specs]
-    return cells
-
-
-def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> None:
-    """tuning.json beside the final runs: what the leaderboard shows of the tuning. The choices of
-    cells not in `grid` (another experiment tuned into the same root) are kept when the budget,
-    seeds and methods are the same."""
-    record = {
-        "grid": grid.name,
-        "trials": tuning.trials,
-        "tuning_seeds": tuning.tuning_seeds,
-        "final_seeds": tuning.final_seeds,
-        "methods": {
-            m.name: {
-                "fixed": m.fixed,
-                "space": {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in m.space.items()},
-                "baseline": m.baseline,
-            }
-            for m in tuning.methods
-        },
-    }
-    old = record_of(path.parent)
-    new_keys = {(c["cell"], c["method"]) for c in chosen}
-    if old is not None and all(old.get(k) == v for k, v in record.items()):
-        chosen = [c for c in old["chosen"] if (c["cell"], c["method"]) not in new_keys] + chosen
-    write_json(path, record | {"chosen": chosen})
+            for spec in specs:
+                cells.setdefault(
+                    spec_id(spec), Cell(spec, _label(cell, method, entry["chosen"], spec["seed"]), method.name)
+                )
+    return list(cells.values())
 
 
 def _name(cell: Cell) -> str:
@@ -262,8 +310,3 @@ def _name(cell: Cell) -> str:
 
 def _label(cell: Cell, method: Method, point: int, seed: int) -> str:
     return f"{_name(cell)} method={method.name} point={point} seed={seed}"
-
-
-def record_of(root: Path) -> dict | None:
-    path = Path(root) / "tuning.json"
-    return json.loads(path.read_text()) if path.exists() else None

@@ -24,8 +24,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from suite.errors import SuiteError
-from suite.rundir import read_json
-from suite.spec import component_settings, task_data
+from suite.rundir import UnreadableFile, read_json
+from suite.spec import component_settings, spec_id, task_data
 
 MOMENTS = ("memorization", "grok", "final")
 
@@ -34,15 +34,20 @@ def path_of(run_dir: str | Path, moment: str) -> Path:
     return Path(run_dir) / "weights" / f"{moment}.safetensors"
 
 
-def save(run_dir: str | Path, moment: str, state: dict[str, torch.Tensor], step: int) -> None:
-    """Write one moment's weights atomically (a reader never sees half a file)."""
+def save(run_dir: str | Path, moment: str, state: dict[str, torch.Tensor], step: int, run_id: str) -> None:
+    """Write one moment's weights atomically (a reader never sees half a file), with the step and the
+    id of the spec they were trained under (load_model checks spec.json against it)."""
     path = path_of(run_dir, moment)
     path.parent.mkdir(exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, tmp, metadata={"step": str(step)})
+        tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+        save_file(tensors, tmp, metadata={"step": str(step), "run_id": run_id})
         os.replace(tmp, path)
+    except OSError as err:  # a full disk: say which file could not be written
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -69,8 +74,28 @@ def load_model(run_dir: str | Path, moment: str = "final", device: str | torch.d
             else "the run kept no weights (train.keep_weights=false)"
         )
         raise SuiteError(f"{path}: no {moment} weights ({reason})")
-    spec = read_json(Path(run_dir) / "spec.json")
-    data, model_entry = task_data(spec)  # the task's data gives the model its sizes
-    model = model_entry.build(data, **component_settings(spec, "model"))
-    model.load_state_dict(load_file(str(path)))
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            trained_under = f.metadata().get("run_id")  # files written before it was recorded: None
+        state = load_file(str(path))
+    except Exception as err:  # noqa: BLE001 - safetensors' own error types: truncated, emptied, not a weights file
+        raise UnreadableFile(f"{path} cannot be read ({_first_line(err)}): it is damaged") from None
+    spec_path = Path(run_dir) / "spec.json"
+    spec = read_json(spec_path)
+    try:
+        data, model_entry = task_data(spec)  # the task's data gives the model its sizes
+        model = model_entry.build(data, **component_settings(spec, "model"))
+        edited = trained_under is not None and spec_id(spec) != trained_under
+    except (SuiteError, KeyError, TypeError, AttributeError) as err:  # valid JSON, but no spec of this suite
+        raise UnreadableFile(f"{spec_path} does not describe a model ({_first_line(err)})") from None
+    if edited:
+        raise UnreadableFile(f"{spec_path} is not the spec {path} was trained under (run {trained_under}); edited?")
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:  # weights of another model (a spec.json from before run ids were kept)
+        raise UnreadableFile(f"{path} does not fit the model {spec_path} describes ({_first_line(err)})") from None
     return model.to(device).eval()
+
+
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"

@@ -186,8 +186,16 @@ def grid(tmp_path):
     return path
 
 
+DAMAGED_RESULTS = {  # content -> what the line says after the file's name
+    b"": "is not valid JSON",
+    b'{"spec": ': "is not valid JSON",
+    b"{}": "is not a result (no full spec)",  # `status` called it done
+    b'{"spec": {}, "grok_step": 10}': "is not a result (no full spec)",
+}
+
+
 @pytest.mark.parametrize("command", ["status", "grid"])
-@pytest.mark.parametrize("content", [b"", b'{"spec": '], ids=["empty", "corrupt"])
+@pytest.mark.parametrize("content", DAMAGED_RESULTS, ids=["empty", "corrupt", "an empty object", "an empty spec"])
 def test_a_damaged_result_under_a_status_or_grid_root(tmp_path, capsys, grid, command, content):
     root = tmp_path / "runs"
     run_dir = load(grid).cells[1].run_dir(root)
@@ -195,7 +203,7 @@ def test_a_damaged_result_under_a_status_or_grid_root(tmp_path, capsys, grid, co
     (run_dir / "result.json").write_bytes(content)
     before = snapshot(tmp_path)
     line = refused(capsys, command, grid, "--root", root)
-    assert f"{run_dir / 'result.json'} is not valid JSON" in line
+    assert f"{run_dir / 'result.json'} {DAMAGED_RESULTS[content]}" in line
     assert snapshot(tmp_path) == before and not (root / "grids").exists()
 
 
@@ -500,3 +508,23 @@ def test_nothing_is_tracked_before_the_run_is_known_to_build(tmp_path, capsys, m
     monkeypatch.setenv("WANDB_SILENT", "true")
     assert message in refused(capsys, "run", *args, "--wandb", "offline")
     assert list(tmp_path.iterdir()) == []  # no wandb/ offline-run folder either
+
+
+MISSPELLED = {  # arguments -> what the one line says
+    "grid g.toml --backend slrum": "python -m suite grid: argument --backend: invalid choice: 'slrum'",
+    "grid g.toml --workers two": "argument --workers: invalid int value: 'two'",
+    "tune g.toml --wandb ofline": "python -m suite tune: argument --wandb: 'ofline' (from --wandb or WANDB_MODE)",
+    "leaderboard runs --tau-max x": "argument --tau-max: invalid float value: 'x'",
+    "lsit": "python -m suite: argument command: invalid choice: 'lsit'",
+    "grid g.toml --wrokers 2": "unrecognized arguments: --wrokers 2",
+}
+
+
+@pytest.mark.parametrize("args", MISSPELLED)
+def test_a_misspelled_flag_or_value_is_one_line_not_the_usage_block(tmp_path, capsys, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(args.split())
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and MISSPELLED[args] in lines[0]
+    assert list(tmp_path.iterdir()) == []

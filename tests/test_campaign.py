@@ -13,14 +13,14 @@ from conftest import REPO
 LIMIT = 16 * 2**20
 
 
-def _campaign(part, out, work, *extra):
+def _campaign(part, out, work, *extra, cwd=REPO):
     args = [sys.executable, "-m", "suite.campaign", part, "--device", "cpu", "--quick", "--out", out, "--work", work]
-    return subprocess.run([*map(str, args), *extra], cwd=REPO, capture_output=True, text=True, timeout=900)
+    return subprocess.run([*map(str, args), *extra], cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.parametrize("part", ["check", "grids", "long"])
 def test_each_part_runs_on_the_cpu_and_packs_its_results_for_out(tmp_path, part):
-    proc = _campaign(part, tmp_path / "out", tmp_path / "work")
+    proc = _campaign(part, tmp_path / "out", tmp_path / "work", cwd=tmp_path)  # from any folder, not the checkout
     assert proc.returncode == 0, proc.stderr
     files = sorted(p for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert len(files) <= 8 and all(p.stat().st_size <= LIMIT for p in files)
@@ -44,3 +44,35 @@ def test_a_part_whose_time_runs_out_skips_what_is_left_and_still_reports(tmp_pat
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "grids.json").read_text())
     assert report["steps"] and all("time ran out" in step["note"] for step in report["steps"])
+
+
+def test_a_part_with_a_failed_step_exits_1_with_one_line_and_still_reports(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "paper").write_text("in the way")  # the paper grid's root: its step fails
+    proc = _campaign("grids", tmp_path / "out", tmp_path / "work")
+    report = json.loads((tmp_path / "out" / "grids.json").read_text())
+    assert proc.returncode == 1 and {s["step"]: s["exit"] for s in report["steps"]}["paper"] == 2
+    assert proc.stderr.strip().splitlines()[-1] == f"error: 1 of {len(report['steps'])} steps failed (paper): " + str(
+        tmp_path / "out" / "grids.md"
+    )
+
+
+BAD = {  # flags -> what the one line says
+    ("--budget-s", "nan"): "--budget-s must be a positive number of seconds, got nan",
+    ("--budget-s", "-5"): "--budget-s must be a positive number of seconds",
+    ("--work", "file"): "cannot write to file",
+    ("--out", "file/out"): "cannot write to file/out",
+    ("--device", "cdua"): "device 'cdua' is not one",
+    ("--device", "cuda:7"): "cuda",
+    ("--budget-s", "soon"): "argument --budget-s: invalid float value: 'soon'",
+}
+
+
+@pytest.mark.parametrize("flags", BAD, ids=" ".join)
+def test_bad_input_stops_a_part_before_it_runs_in_one_line(tmp_path, flags):
+    (tmp_path / "file").write_text("in the way")
+    args = [sys.executable, "-m", "suite.campaign", "check", "--device", "cpu", "--quick", *flags]
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and BAD[flags] in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no runs/, nothing measured or packed

@@ -111,6 +111,7 @@ def test_a_cell_setting_both_filters_name_alike_only_narrows_both_sides(tmp_path
         (["--a", "opt.name"], "--a takes KIND.KEY=VALUE"),
         (["--a", "opt.nmae=adam", "--b", "opt.name=adam"], "no run has a setting 'opt.nmae'"),
         ([], "give --a and --b filters"),
+        (["--a", "opt.name=adam", "--a", "opt.name=sgd"], "--a names opt.name twice (adam, sgd)"),  # one was dropped
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
@@ -118,3 +119,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, extr
     assert main(["compare", str(tmp_path / "r"), *extra, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_an_out_that_cannot_be_written_is_one_line_before_any_run_is_read(tmp_path, capsys, monkeypatch):
+    write_run(tmp_path / "r", 0)
+    (tmp_path / "file").write_text("in the way")
+    monkeypatch.setattr("suite.leaderboard.side_by_side.collect", lambda root: pytest.fail("read the runs first"))
+    assert main(["compare", str(tmp_path / "r"), "--a", "opt.name=adam", "--out", str(tmp_path / "file" / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write to" in err[0] and (tmp_path / "file").read_text() == "in the way"

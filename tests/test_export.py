@@ -163,3 +163,29 @@ def test_nothing_to_export_is_one_line_and_exit_2(tmp_path, capsys):
         f"error: no readable result.json under {tmp_path / 'empty'}",
     ]
     assert not (tmp_path / "empty" / "export").exists()
+
+
+HISTORIES = {  # a metrics.jsonl whose records cannot be curves: no step, or a step that is not a number
+    "no step": '{"train_loss": 1.0}\n',
+    "a step that is text": '{"step": "ten", "train_loss": 1.0}\n',
+    "a record that is a number": "3\n",
+}
+
+
+@pytest.mark.parametrize("history", HISTORIES)
+def test_a_result_without_a_spec_or_curves_without_a_step_is_a_warning_naming_the_file(root, tmp_path, capsys, history):
+    runs = tmp_path / "runs"
+    for name in ("kept", "empty_spec", "no_steps"):
+        shutil.copytree(root / "a", runs / name)
+    result = json.loads((runs / "empty_spec" / "result.json").read_text())
+    (runs / "empty_spec" / "result.json").write_text(json.dumps(result | {"spec": {}}))
+    (runs / "no_steps" / "metrics.jsonl").write_text(HISTORIES[history])
+    capsys.readouterr()
+    assert main(["export", str(runs), "--out", str(tmp_path / "out")]) == 0
+    warnings = capsys.readouterr().err.strip().splitlines()[:-1]  # the last line says what was written
+    assert len(warnings) == 2 and all(line.startswith("warning: ") for line in warnings)
+    assert str(runs / "empty_spec" / "result.json") in warnings[0] and "no full spec" in warnings[0]
+    assert str(runs / "no_steps" / "metrics.jsonl") in warnings[1]
+    exported = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    curves = pd.read_parquet(tmp_path / "out" / "curves.parquet")
+    assert list(exported["run"]) == ["kept", "no_steps"] and set(curves["run"]) == {"kept"}

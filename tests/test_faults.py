@@ -194,3 +194,64 @@ def test_the_requeue_cap_stops_a_task_that_keeps_being_signalled(tmp_path):
                           capture_output=True, text=True)  # fmt: skip
     assert last.returncode == 3 and "not requeueing 7_0: it was requeued 3 times" in last.stdout
     assert (tmp_path / "log").read_text() == "requeued\n"  # not requeued again
+
+
+def test_a_leaderboard_waits_for_another_writing_into_the_same_folder_and_leaves_its_files_alone(tmp_path, capsys):
+    # two leaderboards into one --out deleted each other's temporaries, and the loser failed on them
+    import fcntl
+    import threading
+
+    runs, out = tmp_path / "runs", tmp_path / "board"
+    train([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"], CPU)
+    out.mkdir()
+    theirs = out / ".index.md.other.tmp"  # the other writer's file, half written
+    theirs.write_bytes(b"half")
+    other = os.open(out, os.O_RDONLY)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    written = []
+    second = threading.Thread(target=lambda: written.extend(generate(runs, out)))
+    second.start()
+    while "waiting for the leaderboard being written into" not in capsys.readouterr().err:
+        assert second.is_alive(), "it wrote without waiting"
+    assert theirs.read_bytes() == b"half" and not (out / "index.md").exists()
+    os.close(other)  # the other writer is done
+    second.join()
+    assert "index.md" in written and (out / "index.md").exists()
+
+
+TUNING = """[tuning]
+trials = 2
+tuning_seeds = [100]
+final_seeds = [0, 1, 2, 3, 4]
+[tuning.methods.adam]
+opt = "adam"
+space = { lr = [0.01, 0.001] }
+[tuning.methods.sgd]
+opt = "sgd"
+space = { lr = [0.1, 0.01] }
+"""
+FULL_DISK_IN_WORKERS = """import errno, os, sys
+if "chunk" in sys.argv:  # a grid's worker process, on a disk that is full
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    os.fsync = full
+"""
+
+
+@pytest.mark.parametrize("command", ["grid", "tune"])
+def test_a_full_disk_in_a_grids_workers_is_one_line_naming_the_file_not_a_line_per_cell(
+    tmp_path, capsys, monkeypatch, command
+):
+    # the workers are processes of their own: the fault is injected into them by a sitecustomize module
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(FULL_DISK_IN_WORKERS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "inject"), os.getenv("PYTHONPATH")])))
+    grid = TINY_FIXED + ('[axes]\nop = ["add", "mul"]\nopt = ["adam", "sgd"]\n' if command == "grid" else TUNING)
+    (tmp_path / "g.toml").write_text(grid)
+    code = main([command, str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--workers", "2"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error")]
+    assert code == 1 and len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err
+    assert "No space left on device" in errors[0] and str(tmp_path / "runs") in errors[0]
+    assert errors[0].split(": ")[1].endswith(".json")  # the file it could not write
+    assert " failed " not in err and "Traceback" not in err

@@ -280,7 +280,7 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
 def test_outcome_line_of_a_cell_without_milestones(tmp_path):
     # A number probe's result.json has no grok_step: the local backend still reports the cell
     # (it used to raise KeyError and abandon the rest of the grid).
-    from suite.backends import _outcome_line
+    from suite.local import _outcome_line
 
     cell = load(REPO / "suite/grids/probes.toml").cells[0]
     run_dir = cell.run_dir(tmp_path)

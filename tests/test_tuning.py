@@ -2,10 +2,13 @@
 point by held time to target on the tuning seeds, rerun on final seeds tuning never saw."""
 
 import json
+import math
+import shutil
 import textwrap
 
 import pytest
 from conftest import TINY_FIXED
+from test_bad_input import refused, snapshot
 
 from suite import SuiteError
 from suite.cli import main
@@ -13,6 +16,7 @@ from suite.grid import load
 from suite.leaderboard import generate
 from suite.leaderboard.studies import tuning
 from suite.tuning import Method, parse
+from suite.tuning_record import record_of
 
 TUNED = TINY_FIXED + textwrap.dedent("""
     [tuning]
@@ -93,6 +97,9 @@ def test_points_are_the_same_on_every_call_and_differ_between_methods():
     ({"methods": {}}, "methods must be a table"),
     ({"methods": {"adam": {"space": {"lr": {"log": [0, 1]}}}}}, "a space is a non-empty list"),
     ({"budget": 3}, "unknown key 'budget'"),
+    ({"methods": {"adam": {"opt": ["adam"]}}}, "method 'adam': opt takes a component name, got ['adam']"),  # TypeError
+    ({"methods": {"adam": {"opt": 3}}}, "method 'adam': opt takes a component name, got 3"),
+    ({"methods": {"adam": {"lr": {"log": 1}}}}, "method 'adam': 'lr' must be a value, got a table"),
 ])  # fmt: skip
 def test_a_tuning_table_that_would_let_tuning_into_the_final_rows_is_refused(change, message):
     raw = {"trials": 2, "tuning_seeds": [100], "final_seeds": [0, 1, 2, 3, 4], "methods": {"adam": {"opt": "adam"}},
@@ -182,3 +189,134 @@ def test_the_profile_by_method_keeps_a_method_one_row_when_it_chose_different_po
     by_method = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in table}
     assert set(by_method) == {"adamw", "adamlr"}
     assert by_method["adamw"][:2] == ["2", "1"] and by_method["adamlr"][:2] == ["2", "1"]
+
+
+# --- issue 51: a cell's identity, tuning.json's format, damaged files -------------------------------
+
+ONE_POINT = """
+[tuning]
+trials = 1
+tuning_seeds = [100]
+final_seeds = [0, 1, 2, 3, 4]
+[tuning.methods.adam]
+opt = "adam"
+space = { lr = [0.01] }
+"""
+NOT_TOLD_APART = {  # kind -> (grid file text, what the line says)
+    "two experiments of one name": (
+        TINY_FIXED + '[[experiment]]\nfixed = { op = "add" }\n[[experiment]]\nfixed = { op = "mul" }\n' + ONE_POINT,
+        "two cells are both 'g' (experiment and axis values)",
+    ),
+    "an axis the method sets": (
+        TINY_FIXED + "[axes]\nlr = [0.01, 0.001]\n" + ONE_POINT,
+        "method 'adam' replaces what cells [g lr=0.01] and [g lr=0.001] differ in (opt.lr)",
+    ),
+    "an axis of the optimizer the method replaces": (
+        TINY_FIXED + '[axes]\nopt = ["adam", "sgd"]\n' + ONE_POINT,
+        "[g opt=adam] and [g opt=sgd] differ in (opt.betas",
+    ),
+    "a final seed twice": (TINY_FIXED + ONE_POINT.replace("[0, 1,", "[0, 0, 1,"), "final_seeds lists seeds [0] more"),
+    "a tuning seed twice": (TINY_FIXED + ONE_POINT.replace("[100]", "[100, 100]"), "tuning_seeds lists seeds [100]"),
+    "a baseline that is a list": (
+        TINY_FIXED + ONE_POINT + 'baseline = ["sgd"]\n[tuning.methods.sgd]\nopt = "sgd"\n',
+        "baseline must name another method, got ['sgd']",
+    ),
+    "a baseline that is a table": (
+        TINY_FIXED + ONE_POINT + 'baseline = { name = "sgd" }\n[tuning.methods.sgd]\nopt = "sgd"\n',
+        "baseline must name another method, got {'name': 'sgd'}",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", NOT_TOLD_APART)
+def test_a_tuned_grid_whose_cells_or_runs_are_not_told_apart_is_refused_before_anything_runs(
+    tmp_path, capsys, monkeypatch, kind
+):
+    # one cell's final runs trained with another's choice, or final runs that never ran while
+    # `tune` said it succeeded: a grid that would do either is refused in one line
+    text, message = NOT_TOLD_APART[kind]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.toml").write_text(text)
+    before = snapshot(tmp_path)
+    assert message in refused(capsys, "tune", "g.toml", "--root", "runs")
+    assert snapshot(tmp_path) == before and not (tmp_path / "runs").exists()
+
+
+def test_two_methods_that_choose_the_same_point_share_their_final_runs_and_both_have_them(tmp_path, capsys):
+    # the same final specs twice in one submission: the second copy was "skipped" as if another
+    # process held it, so those final runs never ran and `tune` said it had succeeded
+    twin = ONE_POINT + '[tuning.methods.adam_again]\nopt = "adam"\nspace = { lr = [0.01] }\n'
+    (tmp_path / "g.toml").write_text(TINY_FIXED + twin)
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
+    assert "skipped" not in capsys.readouterr().err
+    record = json.loads((root / "final" / "tuning.json").read_text())
+    finished = {json.loads(p.read_text())["run_id"] for p in (root / "final").rglob("result.json")}
+    (adam, again) = record["chosen"]
+    assert adam["final_runs"] == again["final_runs"] and set(adam["final_runs"]) == finished and len(finished) == 5
+
+
+def test_tuning_json_is_strict_json_and_a_record_with_infinity_literals_still_reads(tmp_path):
+    (tmp_path / "g.toml").write_text(TUNED.replace('"train.steps" = 40', '"train.steps" = 10').replace(
+        "eval_every = 10", "eval_every = 5"))  # fmt: skip
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
+    text = (root / "final" / "tuning.json").read_text()
+
+    def refuse(literal):
+        raise ValueError(f"{literal} is not JSON")
+
+    record = json.loads(text, parse_constant=refuse)  # what jq and other strict readers do
+    assert all(t["median_time"] is None for c in record["chosen"] for t in c["tried"])  # nothing reached the target
+    for t in (t for c in record["chosen"] for t in c["tried"]):
+        t["times"], t["median_time"] = [math.inf for _ in t["times"]], math.inf
+    (root / "final" / "tuning.json").write_text(json.dumps(record))  # Infinity literals, as records were written before
+    assert all(t["median_time"] == math.inf for c in record_of(root / "final")["chosen"] for t in c["tried"])
+    generate(root / "final", tmp_path / "board")
+    assert "| inf |" in (tmp_path / "board" / "tuning.md").read_text()
+
+
+DAMAGED_RECORDS = {"truncated": "{", "a list": "[]", "chosen a number": '{"chosen": 3}', "a list for a baseline": None}
+
+
+@pytest.mark.parametrize("kind", DAMAGED_RECORDS)
+def test_a_damaged_tuning_json_is_one_line_in_tune_and_a_warning_on_the_board(tmp_path, capsys, kind):
+    (tmp_path / "g.toml").write_text(TINY_FIXED + ONE_POINT)
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
+    path = root / "final" / "tuning.json"
+    record = json.loads(path.read_text())
+    record["methods"]["adam"]["baseline"] = ["sgd"]
+    path.write_text(DAMAGED_RECORDS[kind] or json.dumps(record))
+    shutil.rmtree(root / "tuning")
+    before, _ = snapshot(tmp_path), capsys.readouterr()
+    assert str(path) in refused(capsys, "tune", tmp_path / "g.toml", "--root", root)
+    assert snapshot(tmp_path) == before  # no tuning run started again
+    assert "tuning.md" not in generate(root / "final", tmp_path / "board")
+    (warning,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert str(path) in warning and "tuning.md is left out" in warning
+
+
+DAMAGED_TUNING_RUNS = {  # kind -> (the run's file, what it holds now)
+    "metrics emptied": ("metrics.jsonl", ""),
+    "an evaluation without a step": ("metrics.jsonl", '{"val_acc": 1.0, "train_acc": 1.0}\n'),
+    "a step that is text": ("metrics.jsonl", '{"step": "10", "val_acc": 1.0, "train_acc": 1.0}\n'),
+    "a result that is {}": ("result.json", "{}"),
+    "a result that is a list": ("result.json", "[1, 2]"),
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGED_TUNING_RUNS)
+def test_a_damaged_finished_tuning_run_is_one_line_naming_the_file_not_a_failure(tmp_path, capsys, kind):
+    # judged from no evaluations, the run would count as never reaching the target: a wrong choice
+    name, content = DAMAGED_TUNING_RUNS[kind]
+    (tmp_path / "g.toml").write_text(TINY_FIXED + ONE_POINT)
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
+    shutil.rmtree(root / "final")
+    (damaged,) = (root / "tuning").rglob(name)
+    damaged.write_text(content)
+    capsys.readouterr()
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert str(damaged) in error and not (root / "final").exists()

@@ -181,6 +181,27 @@ def test_bad_input_with_tracking_on_leaves_no_run_dir(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+ENVIRONMENTS = {  # what W&B would do without a word -> what the line says
+    "a misspelled WANDB_MODE (tracking off)": ({"WANDB_MODE": "ofline"}, "'ofline' (from --wandb or WANDB_MODE)"),
+    "WANDB_DIR a file (runs go to /tmp)": ({"WANDB_DIR": "file", **OFFLINE}, "WANDB_DIR: cannot write to file"),
+    "WANDB_DIR under a file": ({"WANDB_DIR": "file/wandb", **OFFLINE}, "WANDB_DIR: cannot write to file/wandb"),
+}
+
+
+@pytest.mark.parametrize("command", ["run", "grid"])
+@pytest.mark.parametrize("kind", ENVIRONMENTS)
+def test_a_wandb_environment_that_would_lose_the_runs_is_one_line_before_anything_runs(tmp_path, kind, command):
+    env, message = ENVIRONMENTS[kind]
+    (tmp_path / "file").write_text("in the way")
+    (tmp_path / "g.toml").write_text(TINY_FIXED)
+    args = ["run", *TINY, "--out", "run"] if command == "run" else ["grid", "g.toml", "--root", "runs"]
+    proc = run_cli(*args, env=env, cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "g.toml"]
+    assert run_cli(*args, "--wandb", "off", env=env, cwd=tmp_path).returncode == 0  # the flag says what to do
+
+
 def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_starts_another(tmp_path):
     args = [
         "run",

@@ -7,9 +7,10 @@ import sys
 import pytest
 import torch
 from conftest import REPO
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from suite import SuiteError
+from suite.rundir import UnreadableFile
 from suite.spec import resolve, task_data
 from suite.train import train
 from suite.weights import load_model, path_of, step_of
@@ -72,3 +73,44 @@ def test_readme_analysis_runs_on_a_kept_run(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("key frequencies: [") and "of the power" in proc.stdout
+
+
+def _edit(tmp_path, what):
+    """Damage a kept run the way a full disk, a careless edit or another run's file would."""
+    final, spec = path_of(tmp_path, "final"), tmp_path / "spec.json"
+    if what == "truncated weights":
+        final.write_bytes(final.read_bytes()[:100])
+    elif what == "empty weights":
+        final.write_bytes(b"")
+    elif what == "an edited spec":  # the same shapes, another model: only the recorded run id tells
+        spec.write_text(spec.read_text().replace('"embed_init": 1.0', '"embed_init": 0.5'))
+    elif what == "a spec of another width":
+        spec.write_text(spec.read_text().replace('"hidden": 512', '"hidden": 64'))
+    elif what == "a spec that is no spec":
+        spec.write_text('{"task": 3}')
+    elif what == "weights of another model, written before run ids were kept":
+        state = {k: torch.zeros(2) for k in load_file(str(final))}
+        save_file(state, str(final), metadata={"step": "1"})
+    return final, spec
+
+
+DAMAGE = {  # what -> the file the line names
+    "truncated weights": "final",
+    "empty weights": "final",
+    "an edited spec": "spec",
+    "a spec of another width": "spec",
+    "a spec that is no spec": "spec",
+    "weights of another model, written before run ids were kept": "final",
+}
+
+
+def test_a_damaged_weights_file_or_a_changed_spec_is_one_line_naming_the_file(tmp_path):
+    train([resolve(CHOICES, {**CELL, "train.steps": 50, "eval_every": 25})], [tmp_path / "run"], torch.device("cpu"))
+    kept = {p: p.read_bytes() for p in [tmp_path / "run" / "spec.json", path_of(tmp_path / "run", "final")]}
+    for what, named in DAMAGE.items():
+        for path, data in kept.items():  # the run as it was
+            path.write_bytes(data)
+        files = dict(zip(("final", "spec"), _edit(tmp_path / "run", what)))
+        with pytest.raises(UnreadableFile) as err:
+            load_model(tmp_path / "run")
+        assert str(files[named]) in str(err.value) and "\n" not in str(err.value), what

@@ -26,8 +26,10 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from suite.leaderboard.side_by_side import Side, compare, parse_where, to_markdown
-    from suite.rundir import writable_dir, write_atomic
+    from suite.rundir import check_writable, writable_dir, write_atomic
 
+    if args.out:
+        check_writable(Path(args.out))  # before every run is read
     a = Side(Path(args.root_a), parse_where(args.a, "--a"))
     b = Side(Path(args.root_b or args.root_a), parse_where(args.b, "--b"))
     table = compare(a, b)

@@ -31,10 +31,11 @@ def experiment(p) -> None:
 
 
 def wandb(p) -> None:
-    from suite.tracking import MODES, default_mode
+    from suite.tracking import MODES, default_mode, mode_of
 
     p.add_argument(
         "--wandb",
+        type=mode_of,
         choices=MODES,
         default=default_mode(),
         help="Weights & Biases tracking (default from WANDB_MODE, else online under a sweep agent, else off)",

@@ -74,19 +74,22 @@ def run(args) -> int:
 
 
 def check_flags(args) -> None:
+    from suite.tracking import check_mode
+
     for flag, value in (("--ensemble", args.ensemble), ("--workers", args.workers)):  # Slurm's: SlurmOptions
         if value < 1:
             raise SuiteError(f"{flag} must be at least 1, got {value}")
+    check_mode(args.wandb)  # here, not in every cell's process (an error.json each)
 
 
 def run_grid(args, g, root) -> int:
     """The cells of g that are not done or running, under root: listed (--dry-run), run here, or submitted."""
-    from suite import backends
+    from suite import local
 
     if args.backend == "slurm":
         return _slurm(args, g, root)
     if not args.dry_run:
-        backends.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
+        local.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
     summary, todo = _plan(g, root)
     print(summary, file=sys.stderr)
     if not todo:
@@ -95,7 +98,7 @@ def run_grid(args, g, root) -> int:
         for cell in todo:
             print(f"{cell.run_dir(root)}  [{cell.label}]")
         return 0
-    return backends.run_local(
+    return local.run_local(
         g,
         todo,
         root,

@@ -27,16 +27,20 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from suite import grid
-    from suite.tuning import choose, final_cells, parse, tuning_cells, write_record
+    from suite.tuning import check_cells, choose, final_cells, parse, tuning_cells
+    from suite.tuning_record import record_of, write_record
 
-    g = grid.load(args.grid_file).only(args.experiment)
-    if g.tuning is None:
-        raise SuiteError(f"{g.path} has no [tuning] table: run it with `python -m suite grid {args.grid_file}`")
-    tuning = parse(g.tuning, str(g.path))
-    if len({c.spec["seed"] for c in g.cells}) > 1:
-        raise SuiteError(f"{g.path}: a tuned grid takes its seeds from [tuning], not from a seed axis")
+    whole = grid.load(args.grid_file)
+    if whole.tuning is None:
+        raise SuiteError(f"{whole.path} has no [tuning] table: run it with `python -m suite grid {args.grid_file}`")
+    tuning = parse(whole.tuning, str(whole.path))
+    if len({c.spec["seed"] for c in whole.cells}) > 1:
+        raise SuiteError(f"{whole.path}: a tuned grid takes its seeds from [tuning], not from a seed axis")
+    check_cells(whole, tuning)  # every experiment: tuned together or one at a time, they share tuning.json
+    g = whole.only(args.experiment)
     grid_command.check_flags(args)
     root = Path(args.root)
+    record_of(root / "final")  # a damaged tuning.json stops the command here, before anything runs
     first = grid.Grid(f"{g.name}-tuning", g.path, tuning_cells(g, tuning), g.slurm)
     grid.check_builds(first.cells)
     code = grid_command.run_grid(args, first, root / "tuning")

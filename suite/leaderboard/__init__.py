@@ -55,8 +55,11 @@ c sweep and sampling figures, the number probes' page) lives in that package.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
+import sys
 from pathlib import Path
 
 from suite.errors import SuiteError
@@ -117,7 +120,30 @@ def _index(col: Collection, sections: list[str], command: str) -> str:
 
 def _write(out: Path, files: Files) -> None:
     """Write files under out, then drop what the previous run listed in GENERATED but this one did
-    not write. A file in the way that no run listed is someone else's: stop before writing any."""
+    not write. A file in the way that no run listed is someone else's: stop before writing any.
+    A second leaderboard writing into out meanwhile waits for this one (a lock on the folder)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with _only_writer(out):
+        _write_listed(out, files)
+
+
+@contextlib.contextmanager
+def _only_writer(out: Path):
+    """An exclusive lock on the folder itself (no file of its own in it): two leaderboards writing
+    into one folder at once deleted each other's temporaries, and the loser failed on them."""
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for the leaderboard being written into {out}", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _write_listed(out: Path, files: Files) -> None:
     listing = out / GENERATED
     old = set(listing.read_text().split()) if listing.exists() else set()
     foreign = [rel for rel in files if rel not in old and (out / rel).exists()]
@@ -127,7 +153,6 @@ def _write(out: Path, files: Files) -> None:
             f"{out / foreign[0]}{more} exists and was not written by a leaderboard (not in {listing}); "
             "choose another --out or move it"
         )
-    out.mkdir(parents=True, exist_ok=True)
     for rel in old | set(files) | {GENERATED}:  # write_atomic's temporaries, left by a leaderboard killed mid-write
         for tmp in (out / rel).parent.glob(f".{Path(rel).name}.*.tmp"):
             tmp.unlink()

@@ -18,7 +18,7 @@ import pandas as pd
 from suite.config import TrainConfig
 from suite.errors import SuiteError
 from suite.leaderboard.tables import fmt_value
-from suite.results import TRAIN, runner_of
+from suite.results import TRAIN, has_full_spec, runner_of
 from suite.spec import spec_id, with_later_defaults
 
 COMPONENTS = ("opt", "filter", "sampler")
@@ -172,12 +172,10 @@ def _results(root: Path):
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             print(f"warning: {path}: unreadable result file ({err}); skipped", file=sys.stderr)
             continue
-        spec = result.get("spec") if isinstance(result, dict) else None
-        runner = runner_of(result) if isinstance(spec, dict) else None
-        needed = ("task", "model", *COMPONENTS, "train", "seed") if runner == TRAIN else ("task", "model", "seed")
-        if not isinstance(spec, dict) or not all(isinstance(spec.get(k), dict) for k in needed if k != "seed"):
+        if not has_full_spec(result):
             print(f"warning: {path}: not a result file of this suite (no full spec); skipped", file=sys.stderr)
             continue
+        spec, runner = result["spec"], runner_of(result)
         if runner == TRAIN and (damage := _damage(result)):
             print(f"warning: {path}: {damage}; skipped", file=sys.stderr)
             continue

@@ -52,6 +52,8 @@ def parse_where(items: list[str], flag: str) -> dict:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
             raise SuiteError(f"{flag} takes KIND.KEY=VALUE (e.g. opt.name=adamlr, task.op=mul), got {item!r}")
+        if key in where:  # a side keeps runs with one value per setting: the second would replace the first
+            raise SuiteError(f"{flag} names {key} twice ({where[key]}, {value}); compare one value per side")
         where[key] = value
     return where
 

@@ -5,6 +5,7 @@ with its scores and the one chosen. Read from ROOT/tuning.json beside the runs."
 from __future__ import annotations
 
 import math
+import sys
 
 import pandas as pd
 
@@ -14,12 +15,17 @@ from suite.leaderboard.sections import Board, section
 from suite.leaderboard.stats import TAU_MAX, against_baseline, cell_tables, performance_profile
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, p_text, steps_text
 from suite.results import TRAIN
-from suite.tuning import record_of
+from suite.rundir import UnreadableFile
+from suite.tuning_record import record_of
 
 
 @section("board", runner=TRAIN)
 def tuning(board: Board) -> list[str]:
-    record = record_of(board.col.root)
+    try:
+        record = record_of(board.col.root)
+    except UnreadableFile as err:  # one damaged file does not cost the board its other pages
+        print(f"warning: {err}; tuning.md is left out", file=sys.stderr)
+        return []
     if record is None:
         return []
     lines = [
