@@ -273,7 +273,7 @@ def test_tuning_json_is_strict_json_and_a_record_with_infinity_literals_still_re
     (root / "final" / "tuning.json").write_text(json.dumps(record))  # Infinity literals, as records were written before
     assert all(t["median_time"] == math.inf for c in record_of(root / "final")["chosen"] for t in c["tried"])
     generate(root / "final", tmp_path / "board")
-    assert "| inf |" in (tmp_path / "board" / "tuning.md").read_text()
+    assert "| inf (tie-break) |" in (tmp_path / "board" / "tuning.md").read_text()
 
 
 DAMAGED_RECORDS = {"truncated": "{", "a list": "[]", "chosen a number": '{"chosen": 3}', "a list for a baseline": None}
