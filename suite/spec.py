@@ -39,8 +39,10 @@ def resolve(
 ) -> dict:
     """Build a full spec from component names and `key=value` settings.
 
-    A setting `key` goes to every chosen component that takes `key`; `kind.key`
-    (e.g. `opt.lr`, `train.steps`) to that component alone. A key nobody takes is an error.
+    Defaults come from each component, then from the model's own recipe for the chosen optimizer
+    (register_model's opt_defaults), then the settings win. A setting `key` goes to every chosen
+    component that takes `key`; `kind.key` (e.g. `opt.lr`, `train.steps`) to that component alone.
+    A key nobody takes is an error.
     """
     chosen = {k: v for k, v in (choices or {}).items() if v is not None}
     unknown = set(chosen) - set(DEFAULTS)
@@ -68,6 +70,7 @@ def resolve(
     if trains:
         params["train"] = train_params()
         spec["train"] = {k: p.default for k, p in params["train"].items()}
+        _apply_model_opt_defaults(spec, params)
 
     for key, value in (settings or {}).items():
         kind, _, bare = key.rpartition(".")
@@ -86,6 +89,20 @@ def resolve(
     if trains:
         TrainConfig(**spec["train"])  # its checks, before anything runs
     return spec
+
+
+def model_opt_defaults(model: str, opt: str) -> dict[str, Any]:
+    """The settings `model`'s own recipe trains it with under optimizer `opt` ("opt.lr": ..., "train.*": ...)."""
+    return ALL["model"].get(model).info.get("opt_defaults", {}).get(opt, {})
+
+
+def _apply_model_opt_defaults(spec: dict, params: dict) -> None:
+    model, opt = spec["model"]["name"], spec["opt"]["name"]
+    for key, value in model_opt_defaults(model, opt).items():
+        kind, _, bare = key.partition(".")
+        if bare not in params[kind]:
+            raise SuiteError(f"model '{model}' declares {key} for optimizer '{opt}', which takes no '{bare}'")
+        spec[kind][bare] = params[kind][bare].check(value)
 
 
 def component_settings(spec: dict, kind: str) -> dict:
