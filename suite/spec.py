@@ -111,7 +111,11 @@ def component_settings(spec: dict, kind: str) -> dict:
 
 # Settings added after runs were stored: at these values a setting is left out of the id, so the ids
 # of the runs from before it (whose specs lack it) do not change, and an old spec reads as this one.
-LATER_DEFAULTS = {("train", "precision"): "fp32", ("opt", "decoupled_weight_decay"): False}
+LATER_DEFAULTS = {
+    ("train", "precision"): "fp32",
+    ("opt", "decoupled_weight_decay"): False,
+    ("train", "chance_patience"): None,  # runs before it went on at chance to their budget
+}
 
 
 def spec_id(spec: dict) -> str:
