@@ -20,17 +20,19 @@ Adam-LR's c scales E alone, not the learned positions: the paper's argument (arX
 Sec. 4.3) is that token i's row gets a gradient only in the steps whose batch holds token i,
 and so lags the dense weights; every example updates every position, as it updates W.
 
-Defaults: n_layers 1 (2 also used), n_heads 4, d_mlp 512, d_model 128. The optimizer defaults
-are Nanda et al.'s, declared here (opt_defaults, NANDA below): lr 1e-3, decoupled weight decay 1.0,
-betas 0.9 / 0.98, 10 warmup steps, for adamw, adamwlr, and adam, adamlr and adamlr_adaptive, which
-run as AdamW (decoupled_weight_decay): the embedding paper's Adam at lr 1e-2, coupled decay 1e-3, made Adam-LR's
-transformer runs collapse to chance in 12 of 20 (leaderboards/adamlr_transformer), while at this
-recipe Adam-LR grokked late and held on every seed, ~3x sooner than AdamW
-(leaderboards/adamlr_transformer_adamw). --set overrides any of it, and the spec records what ran.
-Nanda et al. train on the full batch (`--sampler full`); batches of 512 are this CPU's substitute.
+Defaults: n_layers 1 (2 also used), n_heads 4, d_mlp 512, d_model 128. The optimizer defaults are
+Nanda et al.'s, declared here (opt_defaults, NANDA below): lr 1e-3, decoupled weight decay 1.0, betas
+0.9 / 0.98, 10 warmup steps, for adamw and adamwlr, and for adam, adamlr and adamlr_adaptive, which run
+with AdamW's decoupled decay. At the embedding paper's recipe (Adam, lr 1e-2, coupled decay 1e-3) Adam-LR
+on this model collapsed to chance in 12 of 20 runs (leaderboards/adamlr_transformer); at this one it
+grokked late and held on every seed, ~3x sooner than AdamW (leaderboards/adamlr_transformer_adamw).
+--set overrides any of it, and the spec records what ran. Nanda et al. train on the full batch
+(`--sampler full`, ~0.5 s a step on a CPU core); the default batches of 512 are the CPU's substitute.
 
-    python -m suite run --model transformer --opt adamlr                    # a+b mod 97: Adam-LR, Nanda's recipe
-    python -m suite run --model transformer --opt adamw --sampler full      # Nanda et al. (a GPU's full batch)
+    python -m suite run --model transformer --opt adamlr        # a+b mod 97: held grok at 2,300-3,550 (seeds 0-4)
+    python -m suite run --model transformer --opt adamw --sampler full   # Nanda et al.'s full batch: hours on a CPU
+
+The first: 3,300-4,550 steps, 2.4-3.3 min of one CPU core (leaderboards/README.md, "Measurements").
 """
 
 from __future__ import annotations
