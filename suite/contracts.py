@@ -31,7 +31,7 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
   tests/test_ensemble.py). `opt_defaults={"adamlr": {"opt.lr": 1e-3, "train.warmup_steps": 10}}`
   declares the settings the model's own recipe trains it with, per optimizer (opt.* and train.*
   keys): they replace that optimizer's and the loop's defaults when both are chosen, and --set
-  still wins (the transformer runs adam and adamlr as Nanda et al.'s AdamW).
+  still wins (the transformer runs adam and Adam-LR at Nanda et al.'s AdamW recipe).
 - opt: built from the model's parameter groups (groups.embedding, groups.coupled,
   groups.rest, groups.all). `elementwise=True` promises that each element's update depends
   on that element alone (Adam, SGD): the optimizer then trains stacked ensembles exactly.

@@ -4,8 +4,8 @@
 `groups.coupled` the first weight W that reads the embeddings, `groups.rest` everything
 but E. Defaults follow the embedding-grokking paper (arXiv 2505.15624): Adam, lr 1e-2,
 weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it). A model may bring its own recipe's
-(register_model's opt_defaults: the transformer runs adam and adamlr as Nanda et al.'s AdamW, with
-decoupled_weight_decay); `suite list model` shows them, and --set wins over both.
+(register_model's opt_defaults: the transformer runs adam, adamlr and adamlr_adaptive at Nanda et
+al.'s AdamW recipe, decoupled_weight_decay on); `suite list model` shows them, --set wins over both.
 
 elementwise=True marks an optimizer whose update of each element depends on that element
 alone (Adam and its kin, SGD): it trains an ensemble's stacked parameters exactly as K
