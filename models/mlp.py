@@ -39,8 +39,14 @@ from torch import nn
 from suite import SuiteError, register_model
 from suite.data import TaskData
 
+# The embedding paper's optimizer (Adam and Adam-LR, lr 1e-2, coupled weight decay 1e-3): the optimizers'
+# own defaults, declared here too so that `suite list` shows the recipe and it stays if those move.
+PAPER = {"opt.lr": 1e-2, "opt.weight_decay": 1e-3}
 
-@register_model("mlp", inputs=("tokens", "image"))
+
+@register_model(
+    "mlp", inputs=("tokens", "image"), opt_defaults={"adam": PAPER, "adamlr": PAPER, "adamlr_adaptive": PAPER}
+)
 class MLP(nn.Module):
     """Two-layer MLP over token embeddings, one-hot tokens, the tokens' values as numbers, or flattened images."""
 

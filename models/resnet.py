@@ -64,7 +64,8 @@ def load_local_weights(model: nn.Module, path: str) -> None:
     )
 
 
-@register_model("resnet18", inputs=("image",))
+# Grokking-Insight's optimizer for it: Adam (coupled L2), lr 1e-3, weight decay 1e-4.
+@register_model("resnet18", inputs=("image",), opt_defaults={"adam": {"opt.lr": 1e-3, "opt.weight_decay": 1e-4}})
 class ResNet18(nn.Module):
     """torchvision ResNet-18, classes from the task; small images get a 3x3 stride-1 stem, no max-pool."""
 

@@ -20,13 +20,19 @@ Adam-LR's c scales E alone, not the learned positions: the paper's argument (arX
 Sec. 4.3) is that token i's row gets a gradient only in the steps whose batch holds token i,
 and so lags the dense weights; every example updates every position, as it updates W.
 
-Defaults: n_layers 1 (2 also used), n_heads 4, d_mlp 512, d_model 128. Nanda et al.'s optimizer
-setting is not hidden in the model: it is `--opt adamw` (defaults lr 1e-3, betas 0.9 / 0.98,
-weight decay 1.0) with `--sampler full --set warmup_steps=10`, and the spec records it. What
-runs of it cost and reached on this project's CPU: leaderboards/README.md.
+Defaults: n_layers 1 (2 also used), n_heads 4, d_mlp 512, d_model 128. The optimizer defaults are
+Nanda et al.'s, declared here (opt_defaults, NANDA below): lr 1e-3, decoupled weight decay 1.0, betas
+0.9 / 0.98, 10 warmup steps, for adamw and adamwlr, and for adam, adamlr and adamlr_adaptive, which run
+with AdamW's decoupled decay. At the embedding paper's recipe (Adam, lr 1e-2, coupled decay 1e-3) Adam-LR
+on this model collapsed to chance in 12 of 20 runs (leaderboards/adamlr_transformer); at this one it
+grokked late and held on every seed, ~3x sooner than AdamW (leaderboards/adamlr_transformer_adamw).
+--set overrides any of it, and the spec records what ran. Nanda et al. train on the full batch
+(`--sampler full`, ~0.5 s a step on a CPU core); the default batches of 512 are the CPU's substitute.
 
-    python -m suite run --model transformer --opt adamlr                                     # modular a+b
-    python -m suite run --model transformer --opt adamw --sampler full --set warmup_steps=10   # Nanda et al.
+    python -m suite run --model transformer --opt adamlr        # a+b mod 97: held grok at 2,300-3,550 (seeds 0-4)
+    python -m suite run --model transformer --opt adamw --sampler full   # Nanda et al.'s full batch: hours on a CPU
+
+The first: 3,300-4,550 steps, 2.4-3.3 min of one CPU core (leaderboards/README.md, "Measurements").
 """
 
 from __future__ import annotations
@@ -76,7 +82,23 @@ class Block(nn.Module):
         return x + F.linear(hidden, self.mlp_out, self.mlp_out_bias)
 
 
-@register_model("transformer", inputs=("tokens",))
+# Nanda et al.'s optimizer (progress-measures paper): AdamW, lr 1e-3, weight decay 1.0, betas 0.9 / 0.98,
+# a linear warmup over 10 steps. Adam and Adam-LR (fixed or adaptive c) get it with AdamW's decoupled decay.
+NANDA = {"opt.lr": 1e-3, "opt.weight_decay": 1.0, "opt.betas": (0.9, 0.98), "train.warmup_steps": 10}
+DECOUPLED = {"opt.decoupled_weight_decay": True} | NANDA
+
+
+@register_model(
+    "transformer",
+    inputs=("tokens",),
+    opt_defaults={
+        "adam": DECOUPLED,
+        "adamlr": DECOUPLED,
+        "adamlr_adaptive": DECOUPLED,
+        "adamw": NANDA,
+        "adamwlr": NANDA,
+    },
+)
 class Transformer(nn.Module):
     """Nanda-style decoder: causal attention + ReLU MLP, no LayerNorm, readout at the last position."""
 

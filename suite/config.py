@@ -20,6 +20,8 @@ class TrainConfig:
     target: float = 0.99  # val accuracy that counts as grokked, once it has held `hold` steps
     hold: int = 1000  # steps val acc must stay >= target from the grok step on (0: the first touch counts)
     patience: Optional[int] = 1000  # stop once val acc has held the target this many steps (>= hold); None = never
+    # stop once train and val acc have sat at chance this many steps after memorizing; None = never
+    chance_patience: Optional[int] = 2000
     warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
     loss: Literal[LOSS_NAMES] = "ce"  # ce (softmax cross-entropy) or stablemax
     eval_batch: int = 8192  # examples per evaluation chunk (per member of an ensemble)
@@ -48,6 +50,8 @@ class TrainConfig:
             raise SuiteError(f"hessian_every must be positive (or None), got {self.hessian_every}")
         if self.warmup_steps < 0 or self.hold < 0 or (self.patience is not None and self.patience < 0):
             raise SuiteError("warmup_steps, hold and patience must be >= 0")
+        if self.chance_patience is not None and self.chance_patience < 0:
+            raise SuiteError(f"chance_patience must be >= 0 (or None), got {self.chance_patience}")
         if self.patience is not None and self.patience < self.hold:
             raise SuiteError(
                 f"patience ({self.patience}) is shorter than hold ({self.hold}): a run may not stop "

@@ -6,13 +6,13 @@ parameter after them has a default and is a *setting*: `--set key=value`, a grid
 field of the spec, typed by its annotation (int, float, bool, str, Literal[...], Optional[...],
 tuple[...]). Extra facts about a component go in the decorator's keywords (`info`).
 
-    kind       builder(fixed..., *, settings)          builds                     info
-    task       (seed)                                   suite.TaskData             default_model, runner, gives
-    model      (data: TaskData)                         torch.nn.Module            inputs (required), stackable
-    opt        (groups: ParamGroups)                    torch.optim.Optimizer      elementwise
-    sampler    (data: TaskData, generator)              suite.Sampler              -
-    filter     (params: list of parameters)             suite.GradFilter           elementwise
-    runner     (spec, run_dir, device)                  the result (a dict)        -
+    kind       builder(fixed..., *, settings)     builds                   info
+    task       (seed)                             suite.TaskData           default_model, runner, gives
+    model      (data: TaskData)                   torch.nn.Module          inputs (required), stackable, opt_defaults
+    opt        (groups: ParamGroups)              torch.optim.Optimizer    elementwise
+    sampler    (data: TaskData, generator)        suite.Sampler            -
+    filter     (params: list of parameters)       suite.GradFilter         elementwise
+    runner     (spec, run_dir, device)            the result (a dict)      -
 
 - task: `seed` is the run's seed (it fixes the split unless the task takes its own
   data_seed). A task that trains nothing names its runner (`runner="probe"`) and the
@@ -28,7 +28,10 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
   other instead, and a single run never needs vmap. A model may write that stacked forward
   itself, `forward_stacked(params, x)` (stacked parameters by name, x [K, batch, ...]), to
   skip vmap's overhead; each member must compute what the model alone computes (models/mlp.py,
-  tests/test_ensemble.py).
+  tests/test_ensemble.py). `opt_defaults={"adamlr": {"opt.lr": 1e-3, "train.warmup_steps": 10}}`
+  declares the settings the model's own recipe trains it with, per optimizer (opt.* and train.*
+  keys): they replace that optimizer's and the loop's defaults when both are chosen, and --set
+  still wins (the transformer runs adam and Adam-LR at Nanda et al.'s AdamW recipe).
 - opt: built from the model's parameter groups (groups.embedding, groups.coupled,
   groups.rest, groups.all). `elementwise=True` promises that each element's update depends
   on that element alone (Adam, SGD): the optimizer then trains stacked ensembles exactly.
@@ -224,7 +227,7 @@ class Contract:
 
 CONTRACTS = {
     "task": Contract("task", ("seed",), frozenset({"default_model", "runner", "gives"})),
-    "model": Contract("model", ("data",), frozenset({"inputs", "stackable"}), ("inputs",)),
+    "model": Contract("model", ("data",), frozenset({"inputs", "stackable", "opt_defaults"}), ("inputs",)),
     "opt": Contract("optimizer", ("groups",), frozenset({"elementwise"})),
     "sampler": Contract("sampler", ("data", "generator"), frozenset()),
     "filter": Contract("filter", ("params",), frozenset({"elementwise"})),
@@ -290,6 +293,18 @@ def check(contract: Contract, name: str, fn: Callable, info: dict[str, Any]) -> 
     missing = [k for k in contract.required_info if k not in info]
     if missing:
         fail(f"must say {', '.join(missing)}= when it registers")
+    if not _is_opt_defaults(info.get("opt_defaults", {})):
+        fail('opt_defaults must map optimizer names to {"opt.KEY" or "train.KEY": value}')
+
+
+def _is_opt_defaults(opt_defaults) -> bool:
+    """Is it {optimizer name: {"opt.KEY" or "train.KEY": value}}? (Whether the optimizer takes each key
+    is known once it is chosen: suite.spec.resolve says.)"""
+    return isinstance(opt_defaults, dict) and all(
+        isinstance(settings, dict)
+        and all(str(key).partition(".")[0] in ("opt", "train") and str(key).partition(".")[2] for key in settings)
+        for settings in opt_defaults.values()
+    )
 
 
 def _usable(tp) -> bool:

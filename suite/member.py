@@ -23,6 +23,7 @@ from torch import nn
 
 import suite
 from suite import weights
+from suite.chance import ChanceWatch
 from suite.components.optimizers import ParamGroups
 from suite.config import TrainConfig
 from suite.contracts import GradFilter, Sampler, Tracker
@@ -48,6 +49,7 @@ class Member:
     state: dict | None = None  # the checkpoint it resumes from (None: step 0)
     history: list[dict] = field(default_factory=list)  # its evaluations before that checkpoint
     milestones: Milestones | None = None
+    chance: ChanceWatch | None = None  # where it fell back to chance after memorizing (suite/chance.py)
     metrics_file: TextIO | None = None  # the open metrics.jsonl
     record: dict | None = None  # the last evaluation
     result: dict | None = None  # set once it stops (target held, diverged, budget), or found finished
@@ -85,6 +87,7 @@ class Member:
         optimizer_and_filter(spec, model)  # an optimizer or filter that does not fit the model says so now
         member = cls(spec, data, model, sampler, generator, rng)
         member.milestones = Milestones(cfg.memorization, cfg.target, cfg.hold)
+        member.chance = ChanceWatch(data.n_classes)
         return member
 
     @property
@@ -150,6 +153,7 @@ class Member:
         write_json(self.run_dir / "spec.json", self.spec)
         for record in self.history:
             self.milestones.update(record)
+            self.chance.update(record, self.milestones.memorization_step is not None)
         self.metrics_file = self.run_dir.restart_metrics(self.history)
 
     def write(self, record: dict) -> None:
@@ -174,6 +178,10 @@ class Member:
         ]
         if before[1] is not None and self.milestones.grok_step is None:
             self.notes.append(f"collapsed: val fell below half the target after grokking at step {before[1]}")
+        if self.chance.update(record, self.milestones.memorization_step is not None):
+            self.notes.append(
+                f"train and val fell to chance at step {record['step']:,} (train loss {record['train_loss']:.3g})"
+            )
 
     def keep_weights(self, step: int, state_dict) -> None:
         """At memorization, and where each streak at the target begins until one holds (finish()
@@ -210,6 +218,7 @@ class Member:
             "delay": m.delay,
             "first_touch_step": m.first_touch_step,
             "collapsed": m.collapsed,
+            "chance_step": self.chance.first_step,  # where train and val fell to chance after memorizing
             "best_val_acc": m.best_val_acc,
             "final_train_acc": record["train_acc"],
             "final_val_acc": record["val_acc"],

@@ -83,6 +83,7 @@ GROKFAST = Preset(
         "train.eval_every": 10,
         "train.target": 0.95,
         "train.steps": 50_000,
+        "train.chance_patience": None,  # their runs go on to the budget whatever the accuracy
     },
     # Their README's commands: EMA with --weight_decay 0.005, MA with --weight_decay 0.01;
     # the filters' own defaults (alpha 0.98 / lamb 2; window 100 / lamb 5) are theirs.

@@ -142,6 +142,12 @@ def summary(result: dict, who: str = "") -> str | None:
         + (f" (its share of an ensemble of {shared})" if shared > 1 else "")
         + ("  COLLAPSED: val acc fell below half the target after touching it" if result.get("collapsed") else "")
         + (
+            f"  AT CHANCE: train and val acc fell to chance at step {result['chance_step']:,}"
+            + (", and stayed there: stopped" if result["stop_reason"] == "at chance" else "")
+            if result.get("chance_step") is not None
+            else ""
+        )
+        + (
             "  DIVERGED: loss or parameters not finite; final values are the last finite evaluation's"
             if result.get("stop_reason") == "diverged"
             else ""

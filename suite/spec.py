@@ -39,8 +39,10 @@ def resolve(
 ) -> dict:
     """Build a full spec from component names and `key=value` settings.
 
-    A setting `key` goes to every chosen component that takes `key`; `kind.key`
-    (e.g. `opt.lr`, `train.steps`) to that component alone. A key nobody takes is an error.
+    Defaults come from each component, then from the model's own recipe for the chosen optimizer
+    (register_model's opt_defaults), then the settings win. A setting `key` goes to every chosen
+    component that takes `key`; `kind.key` (e.g. `opt.lr`, `train.steps`) to that component alone.
+    A key nobody takes is an error.
     """
     chosen = {k: v for k, v in (choices or {}).items() if v is not None}
     unknown = set(chosen) - set(DEFAULTS)
@@ -68,6 +70,7 @@ def resolve(
     if trains:
         params["train"] = train_params()
         spec["train"] = {k: p.default for k, p in params["train"].items()}
+        _apply_model_opt_defaults(spec, params)
 
     for key, value in (settings or {}).items():
         kind, _, bare = key.rpartition(".")
@@ -88,13 +91,31 @@ def resolve(
     return spec
 
 
+def model_opt_defaults(model: str, opt: str) -> dict[str, Any]:
+    """The settings `model`'s own recipe trains it with under optimizer `opt` ("opt.lr": ..., "train.*": ...)."""
+    return ALL["model"].get(model).info.get("opt_defaults", {}).get(opt, {})
+
+
+def _apply_model_opt_defaults(spec: dict, params: dict) -> None:
+    model, opt = spec["model"]["name"], spec["opt"]["name"]
+    for key, value in model_opt_defaults(model, opt).items():
+        kind, _, bare = key.partition(".")
+        if bare not in params[kind]:
+            raise SuiteError(f"model '{model}' declares {key} for optimizer '{opt}', which takes no '{bare}'")
+        spec[kind][bare] = params[kind][bare].check(value)
+
+
 def component_settings(spec: dict, kind: str) -> dict:
     return {k: v for k, v in spec[kind].items() if k != "name"}
 
 
 # Settings added after runs were stored: at these values a setting is left out of the id, so the ids
 # of the runs from before it (whose specs lack it) do not change, and an old spec reads as this one.
-LATER_DEFAULTS = {("train", "precision"): "fp32"}
+LATER_DEFAULTS = {
+    ("train", "precision"): "fp32",
+    ("opt", "decoupled_weight_decay"): False,
+    ("train", "chance_patience"): None,  # runs before it went on at chance to their budget
+}
 
 
 def spec_id(spec: dict) -> str:

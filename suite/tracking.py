@@ -60,6 +60,7 @@ SUMMARY_KEYS = (
     "device_name",
     "first_touch_step",
     "collapsed",
+    "chance_step",
     "best_val_acc",
 )
 

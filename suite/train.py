@@ -162,7 +162,7 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare) -> None:
 
 
 def stop_reason(m: Member, cfg, step: int) -> str | None:
-    """Why m stops at this evaluation ("diverged", "target held"), or None."""
+    """Why m stops at this evaluation ("diverged", "target held", "at chance"), or None."""
     if m.diverged:
         return "diverged"
     if (
@@ -171,6 +171,8 @@ def stop_reason(m: Member, cfg, step: int) -> str | None:
         and step - m.milestones.held_since >= cfg.patience
     ):
         return "target held"
+    if cfg.chance_patience is not None and m.chance.since is not None and step - m.chance.since >= cfg.chance_patience:
+        return "at chance"
     return None
 
 
@@ -225,6 +227,8 @@ class Progress:
             self.bar.n = step
             if record:
                 self.bar.set_postfix(train=f"{record['train_acc']:.3f}", val=f"{record['val_acc']:.3f}", refresh=False)
+            if note:  # a line above the bar, so that it stays
+                self.bar.write(f"[{self.label}] step {step} {note}", file=sys.stderr)
             self.bar.refresh()
         elif record and (note or time.monotonic() - self.last >= self.every_s):
             self.last = time.monotonic()

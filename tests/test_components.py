@@ -11,7 +11,7 @@ from suite.tasks.modular import modular
 from suite import SuiteError
 from suite.components.optimizers import ParamGroups
 from suite.registry import ALL
-from suite.spec import resolve
+from suite.spec import resolve, spec_id
 
 CPU = torch.device("cpu")
 
@@ -86,6 +86,25 @@ def test_decoupled_adamlr_is_adamw_at_c_1_and_runs_the_embeddings_whole_step_at_
         p.grad = torch.zeros_like(p)
     b.optimizer.step()
     assert torch.allclose(E, E0 * (1 - 3e-3 * 0.5)) and torch.allclose(W, W0 * (1 - 1e-3 * 0.5))
+
+
+def test_adam_and_adamlr_with_decoupled_weight_decay_are_adamw_and_adamwlr_step_for_step():
+    """The transformer's recipe runs them so (models/transformer.py); a spec that leaves the setting at
+    coupled keeps the id it had before the setting existed (spec.LATER_DEFAULTS)."""
+    nanda = {"lr": 1e-3, "weight_decay": 1.0, "betas": (0.9, 0.98), "decoupled_weight_decay": True}
+    for mine, theirs in (("adam", "adamw"), ("adamlr", "adamwlr")):
+        pair = [built(p=13, model="mlp", opt=mine, **nanda), built(p=13, model="mlp", opt=theirs)]
+        for b in pair:
+            _steps(b.model, b.optimizer, b.data.x_train, b.data.y_train)
+        assert all(torch.equal(p, q) for p, q in zip(pair[0].model.parameters(), pair[1].model.parameters()))
+    coupled = [built(p=13, opt=opt, lr=1e-3, weight_decay=1.0) for opt in ("adam", "adamw")]
+    for b in coupled:
+        _steps(b.model, b.optimizer, b.data.x_train, b.data.y_train)
+    assert not torch.equal(coupled[0].model.embedding_weight, coupled[1].model.embedding_weight)
+    spec = resolve({"opt": "adamlr"})
+    older = {**spec, "opt": {k: v for k, v in spec["opt"].items() if k != "decoupled_weight_decay"}}
+    assert spec["opt"]["decoupled_weight_decay"] is False and spec_id(spec) == spec_id(older)
+    assert spec_id(resolve({"opt": "adamlr"}, {"decoupled_weight_decay": True})) != spec_id(spec)
 
 
 def test_embed_init_scales_the_same_initial_draw_and_only_applies_to_embeddings():

@@ -14,6 +14,7 @@ from conftest import REPO, metrics_text, run_cli
 from torch import nn
 
 from suite import SuiteError, register_model
+from suite.cli import main
 from suite.contracts import ContractError
 from suite.member import Member
 from suite.plan import blocker
@@ -57,6 +58,7 @@ def _runner_with_settings(spec, run_dir, device, *, extra: int = 1): ...
         ("filter", _filter_list, {}, r"setting 'sizes' needs a type annotation"),
         ("filter", _filter_required_keyword, {}, r"setting 'k' needs a default"),
         ("task", _task_seed_keyword, {"runner": "x", "default_model": "mlp"}, r"must take \(seed\)"),
+        ("model", _model, {"inputs": ("tokens",), "opt_defaults": {"adam": {"lr": 1e-3}}}, r"opt_defaults must map"),
     ],
 )
 def test_a_component_that_breaks_its_contract_is_refused_naming_its_file(kind, fn, info, message):
@@ -218,6 +220,20 @@ def test_a_model_registered_unstackable_says_so():
         blocker([m.spec for m in members], [m.model for m in members])
         == "model '_solo' is registered with stackable=False"
     )
+
+
+@register_model("_typo_recipe", inputs=("tokens",), opt_defaults={"sgd": {"opt.betas": (0.9, 0.98)}})
+class TypoRecipe(GRUModel):
+    """Declares a setting for sgd that sgd does not take."""
+
+
+def test_a_model_s_declared_default_its_optimizer_does_not_take_is_one_line_when_chosen_and_list_shows_them(capsys):
+    with pytest.raises(SuiteError, match=r"^model '_typo_recipe' declares opt.betas for optimizer 'sgd', which takes"):
+        resolve({"model": "_typo_recipe", "opt": "sgd"})
+    assert resolve({"model": "_typo_recipe", "opt": "adam"})["opt"]["lr"] == 1e-2  # nothing declared for adam
+    assert main(["list", "model", "transformer"]) == 0
+    shown = capsys.readouterr().out
+    assert "with --opt adamlr: opt.decoupled_weight_decay=True  opt.lr=0.001  opt.weight_decay=1.0" in shown
 
 
 def test_a_sampler_that_is_not_a_sampler_is_one_line():

@@ -69,6 +69,7 @@ def test_resolve_fills_every_default_and_routes_settings():
         "weight_decay": 1e-3,
         "betas": (0.9, 0.999),
         "eps": 1e-8,
+        "decoupled_weight_decay": False,
     }
     assert spec["task"]["op"] == "mul" and spec["task"]["p"] == 97
     assert spec["train"]["steps"] == 100 and spec["seed"] == 3

@@ -114,8 +114,8 @@ def test_every_optimizer_and_sampler_trains_the_transformer(tmp_path, opt, sampl
     assert {"emb_norm_rare", "emb_norm_frequent", "med"} <= set(records[0])
 
 
-def test_nanda_setting_is_recorded_in_the_spec():
-    spec = resolve({"model": "transformer", "opt": "adamw", "sampler": "full"}, {"warmup_steps": 10})
+def test_nanda_setting_is_the_transformer_s_own_and_recorded_in_the_spec():
+    spec = resolve({"model": "transformer", "opt": "adamw", "sampler": "full"})
     assert spec["opt"] == {"name": "adamw", "lr": 1e-3, "weight_decay": 1.0, "betas": (0.9, 0.98), "eps": 1e-8}
     assert spec["train"]["warmup_steps"] == 10 and spec["sampler"] == {"name": "full"}
     assert spec["model"] == {
@@ -126,6 +126,25 @@ def test_nanda_setting_is_recorded_in_the_spec():
         "d_mlp": 512,
         "layer_norm": False,
     }
+
+
+def test_adam_lr_on_the_transformer_is_the_decoupled_one_at_nanda_s_recipe_and_set_wins():
+    """The model's declared defaults (opt_defaults): `--model transformer --opt adamlr` is the late-grokking
+    cell of leaderboards/adamlr_transformer_adamw (adamwlr, c = 10, batch 512, 10 warmup steps), the
+    embedding paper's Adam at lr 1e-2 (which collapsed there) only when asked for; the MLP keeps the paper's."""
+    spec = resolve({"model": "transformer", "opt": "adamlr"})
+    board = resolve({"model": "transformer", "opt": "adamwlr"}, {"c": 10, "batch_size": 512, "train.steps": 20000})
+    assert spec["opt"] == board["opt"] | {"name": "adamlr", "decoupled_weight_decay": True}
+    assert {k: v for k, v in spec.items() if k != "opt"} == {k: v for k, v in board.items() if k != "opt"}
+    assert resolve({"model": "transformer", "opt": "adam"})["opt"]["decoupled_weight_decay"] is True
+    paper = {"lr": 1e-2, "weight_decay": 1e-3, "betas": "0.9,0.999", "decoupled_weight_decay": False}
+    asked = resolve({"model": "transformer", "opt": "adamlr"}, paper | {"train.warmup_steps": 0})
+    assert asked["opt"] | {"betas": "0.9,0.999"} == spec["opt"] | paper and asked["opt"]["betas"] == (0.9, 0.999)
+    assert asked["train"]["warmup_steps"] == 0
+    mlp = resolve({"opt": "adamlr"})
+    assert (mlp["opt"]["lr"], mlp["opt"]["weight_decay"], mlp["opt"]["decoupled_weight_decay"]) == (1e-2, 1e-3, False)
+    assert mlp["opt"]["betas"] == (0.9, 0.999) and mlp["train"]["warmup_steps"] == 0
+    assert resolve({"model": "transformer", "opt": "sgd"})["opt"]["lr"] == 0.1  # no recipe declared for it
 
 
 def test_interrupted_transformer_run_resumes_to_the_same_numbers(tmp_path):

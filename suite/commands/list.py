@@ -57,6 +57,8 @@ def _print_kind(registry, kind: str, pattern: str | None, origin: bool) -> int:
         print(f"  {name:<18} {entry.summary}{extra}")
         if entry.params:
             print(f"  {'':<18}   " + "  ".join(p.describe() for p in entry.params.values()))
+        for opt, settings in entry.info.get("opt_defaults", {}).items():  # a model's own recipe
+            print(f"  {'':<18}   with --opt {opt}: " + "  ".join(f"{k}={v!r}" for k, v in settings.items()))
         if origin:
             print(f"  {'':<18}   from {entry.origin}")
     print()

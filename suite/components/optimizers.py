@@ -3,7 +3,9 @@
 `groups.embedding` holds the token embedding matrix E (empty for models without one),
 `groups.coupled` the first weight W that reads the embeddings, `groups.rest` everything
 but E. Defaults follow the embedding-grokking paper (arXiv 2505.15624): Adam, lr 1e-2,
-weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it).
+weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it). A model may bring its own recipe's
+(register_model's opt_defaults: the transformer runs adam, adamlr and adamlr_adaptive at Nanda et
+al.'s AdamW recipe, decoupled_weight_decay on); `suite list model` shows them, --set wins over both.
 
 elementwise=True marks an optimizer whose update of each element depends on that element
 alone (Adam and its kin, SGD): it trains an ensemble's stacked parameters exactly as K
@@ -87,10 +89,18 @@ def adam(
     weight_decay: float = 1e-3,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    decoupled_weight_decay: bool = False,
 ):
-    """Adam with coupled L2 weight decay (the paper's baseline)."""
+    """Adam with coupled L2 weight decay (the paper's baseline); decoupled_weight_decay: AdamW's."""
     _check(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
-    return torch.optim.Adam(groups.all, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
+    return torch.optim.Adam(
+        groups.all,
+        lr=lr,
+        weight_decay=weight_decay,
+        betas=betas,
+        eps=eps,
+        decoupled_weight_decay=decoupled_weight_decay,
+    )
 
 
 @register_optimizer("adamw", elementwise=True)
@@ -125,8 +135,10 @@ def adamlr(
     weight_decay: float = 1e-3,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    decoupled_weight_decay: bool = False,
 ):
-    """Adam-LR: Adam with the embedding's learning rate at c * lr (paper: c = 10)."""
+    """Adam-LR: Adam with the embedding's learning rate at c * lr (paper: c = 10); decoupled_weight_decay:
+    AdamW's decay, as adamwlr."""
     _check(lr=lr, c=c, weight_decay=weight_decay, betas=betas, eps=eps)
     _need_embedding(groups, "adamlr")
     return torch.optim.Adam(
@@ -135,6 +147,7 @@ def adamlr(
         weight_decay=weight_decay,
         betas=betas,
         eps=eps,
+        decoupled_weight_decay=decoupled_weight_decay,
     )
 
 
@@ -151,16 +164,10 @@ def adamwlr(
     """Adam-LR with decoupled weight decay: AdamW with the embedding's learning rate at c * lr
     (defaults: adamw's, Nanda et al.'s grokking transformer). AdamW decays a parameter by its
     group's lr * weight_decay each step, so E's decay is scaled by c with the rest of its step;
-    c = 1 is AdamW exactly."""
-    _check(lr=lr, c=c, weight_decay=weight_decay, betas=betas, eps=eps)
+    c = 1 is AdamW exactly. It is adamlr with decoupled_weight_decay=true, under its own name and
+    defaults (the runs that used it keep their specs)."""
     _need_embedding(groups, "adamwlr")
-    return torch.optim.AdamW(
-        [{"params": groups.embedding, "lr": c * lr}, {"params": groups.rest, "lr": lr}],
-        lr=lr,
-        weight_decay=weight_decay,
-        betas=betas,
-        eps=eps,
-    )
+    return adamlr(groups, lr=lr, c=c, weight_decay=weight_decay, betas=betas, eps=eps, decoupled_weight_decay=True)
 
 
 class AdaptiveAdamLR(torch.optim.Adam):
@@ -221,6 +228,7 @@ def adamlr_adaptive(
     weight_decay: float = 1e-3,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    decoupled_weight_decay: bool = False,
 ):
     """Adam-LR with c = sigma_max(E)/sigma_max(W) * f_W/f_E re-estimated every `every` steps."""
     _need_embedding(groups, "adamlr_adaptive")
@@ -229,7 +237,17 @@ def adamlr_adaptive(
     _check(lr=lr, every=every, c_max=c_max, weight_decay=weight_decay, betas=betas, eps=eps)
     if not 0 <= c_min <= c_max:
         raise SuiteError(f"need 0 <= c_min <= c_max, got c_min={c_min}, c_max={c_max}")
-    return AdaptiveAdamLR(groups, lr, every, c_min, c_max, weight_decay=weight_decay, betas=betas, eps=eps)
+    return AdaptiveAdamLR(
+        groups,
+        lr,
+        every,
+        c_min,
+        c_max,
+        weight_decay=weight_decay,
+        betas=betas,
+        eps=eps,
+        decoupled_weight_decay=decoupled_weight_decay,
+    )
 
 
 NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)  # torch.optim.Muon's and Keller Jordan's quintic iteration
