@@ -260,8 +260,8 @@ def test_readme_main_command_runs_the_quick_grid_then_prints_its_leaderboard(tmp
     (grid_args, board_args) = [step[3:] for step in steps]  # after `.venv/bin/python -m suite`
     assert grid_args[0] == "grid" and board_args[0] == "leaderboard"
     cells = load(REPO / grid_args[1]).cells
-    # 2 optimizers x 8 seeds, 2 ensembles: a verdict needs 5+ seeds a side (leaderboards/README.md)
-    assert len(cells) == 16 and len(seed_groups(cells, 8)) == 2
+    # 2 optimizers x 10 seeds, in stacks of 8 and 2: a verdict needs 5+ seeds a side (leaderboards/README.md)
+    assert len(cells) == 20 and len(seed_groups(cells, 8)) == 4
     assert {c.spec["opt"]["name"] for c in cells} == {"adam", "adamlr"}
     root = grid_args[grid_args.index("--root") + 1]
     assert board_args[1] == root  # the leaderboard reads what the grid wrote
