@@ -171,14 +171,6 @@ class Alone(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x[0]).unsqueeze(0)
 
-    def check_batched(self, x: torch.Tensor) -> None:
-        """The batched forward and backward once on x, the global RNG untouched: raises, on any
-        device, for a model whose ops have no vmap batching rule."""
-        params = [self.stacked(n) for n in self._names]
-        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
-            out = self.batched(x)
-            torch.autograd.grad(out, params, torch.ones_like(out), allow_unused=True)
-
     def lay_out_like_gradients(self, x: torch.Tensor) -> None:
         pass  # the model's own layout
 

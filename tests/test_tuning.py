@@ -32,6 +32,16 @@ TUNED = TINY_FIXED + textwrap.dedent("""
     space = { lr = { log = [0.01, 0.5] }, momentum = [0.9] }
 """)
 
+ONE_POINT = """
+[tuning]
+trials = 1
+tuning_seeds = [100]
+final_seeds = [0, 1, 2, 3, 4]
+[tuning.methods.adam]
+opt = "adam"
+space = { lr = [0.01] }
+"""
+
 
 # sparse parity: every method learns it for good within tens of steps, so each search finds a working point
 LEARNED = TUNED.replace(
@@ -119,21 +129,18 @@ def test_grid_refuses_a_tuned_grid_and_tune_a_plain_one(tmp_path, capsys):
 
 
 def test_experiments_tuned_one_at_a_time_into_one_root_share_one_record(tmp_path):
-    grid = TINY_FIXED + textwrap.dedent("""
+    grid = (
+        TINY_FIXED
+        + textwrap.dedent("""
         [[experiment]]
         name = "sum"
         fixed = { op = "add" }
         [[experiment]]
         name = "product"
         fixed = { op = "mul" }
-        [tuning]
-        trials = 1
-        tuning_seeds = [100]
-        final_seeds = [0, 1, 2, 3, 4]
-        [tuning.methods.adam]
-        opt = "adam"
-        space = { lr = [0.01] }
     """)
+        + ONE_POINT
+    )
     (tmp_path / "g.toml").write_text(grid)
     root = tmp_path / "runs"
     for name in ("sum", "product"):
@@ -193,15 +200,6 @@ def test_the_profile_by_method_keeps_a_method_one_row_when_it_chose_different_po
 
 # --- issue 51: a cell's identity, tuning.json's format, damaged files -------------------------------
 
-ONE_POINT = """
-[tuning]
-trials = 1
-tuning_seeds = [100]
-final_seeds = [0, 1, 2, 3, 4]
-[tuning.methods.adam]
-opt = "adam"
-space = { lr = [0.01] }
-"""
 NOT_TOLD_APART = {  # kind -> (grid file text, what the line says)
     "two experiments of one name": (
         TINY_FIXED + '[[experiment]]\nfixed = { op = "add" }\n[[experiment]]\nfixed = { op = "mul" }\n' + ONE_POINT,
