@@ -38,6 +38,17 @@ hidden = 32
 eval_every = 10
 """
 
+# a [tuning] table of one method and one point: the tune command's paths in a few runs
+ONE_POINT = """
+[tuning]
+trials = 1
+tuning_seeds = [100]
+final_seeds = [0, 1, 2, 3, 4]
+[tuning.methods.adam]
+opt = "adam"
+space = { lr = [0.01] }
+"""
+
 
 class PreemptAt:
     """A tracker that sends this process SIGUSR1 at one evaluation, as Slurm does before a time limit."""

@@ -7,19 +7,11 @@ import sys
 import tomllib
 
 import pytest
-from conftest import REPO, TINY_FIXED
+from conftest import ONE_POINT, REPO, TINY_FIXED
 
 from suite.errors import EXTRAS
 
 HIDE = sorted(EXTRAS)
-TUNING = """
-[tuning]
-trials = 1
-tuning_seeds = [100]
-final_seeds = [0, 1, 2, 3, 4]
-[tuning.methods.adam]
-opt = "adam"
-"""
 TINY = ["--set=p=11", "--set=train_frac=0.5", "--set=test_frac=0.3", "--set=batch_size=16", "--set=eval_every=10"]
 
 
@@ -60,7 +52,7 @@ def test_a_command_that_needs_a_missing_extra_names_it_in_one_line_and_writes_no
 
 @pytest.mark.parametrize("command", ["grid", "tune"])
 def test_a_grid_tracked_without_the_wandb_extra_is_one_line_not_an_error_per_cell(tmp_path, command):
-    grid = TINY_FIXED + ("" if command == "grid" else TUNING)
+    grid = TINY_FIXED + ("" if command == "grid" else ONE_POINT)
     (tmp_path / "g.toml").write_text(grid)
     proc = _core(command, tmp_path / "g.toml", "--root", tmp_path / "runs", "--wandb", "offline")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -7,7 +7,7 @@ import shutil
 import textwrap
 
 import pytest
-from conftest import TINY_FIXED
+from conftest import ONE_POINT, TINY_FIXED
 from test_bad_input import refused, snapshot
 
 from suite import SuiteError
@@ -31,16 +31,6 @@ TUNED = TINY_FIXED + textwrap.dedent("""
     baseline = "adam"
     space = { lr = { log = [0.01, 0.5] }, momentum = [0.9] }
 """)
-
-ONE_POINT = """
-[tuning]
-trials = 1
-tuning_seeds = [100]
-final_seeds = [0, 1, 2, 3, 4]
-[tuning.methods.adam]
-opt = "adam"
-space = { lr = [0.01] }
-"""
 
 
 # sparse parity: every method learns it for good within tens of steps, so each search finds a working point
