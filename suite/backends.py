@@ -1,10 +1,11 @@
 """Running many cells: the bookkeeping around train(), manifests and chunks (the local backend
 that runs them on this machine: suite/local.py).
 
-Cells that differ only in their seed form a seed group, trained as one ensemble (at most
-`ensemble` members; suite/ensemble.py), which is the same computation as separate runs.
+Cells that differ only in their seed and their task's, optimizer's and filter's settings form a
+group (at most `ensemble` cells), which one call of the loop trains as one stack (suite/plan.py):
+the same computation as separate runs.
 A grid submission writes a manifest into ROOT/grids/<grid>/<stamp>/: the cells still to run
-(each with its spec and run dir) and the chunks, each a list of seed groups of about
+(each with its spec and run dir) and the chunks, each a list of groups of about
 cells_per_task cells (a group is never split). `python -m suite chunk MANIFEST I` runs chunk
 I, group after group, skipping finished cells. The local backend starts one such process per
 chunk, N at a time, each with one torch thread (suite/local.py); a Slurm array task is one chunk
@@ -19,10 +20,12 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
+from suite.cell import Cell
 from suite.errors import FAULTS, SuiteError, missing_extra
-from suite.grid import Cell, Grid
+from suite.grid import Grid
 from suite.rundir import RunDir, RunLocked, read_json, writable_dir, write_json
 from suite.spec import shared
 
@@ -33,32 +36,38 @@ TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def run_cells(
-    specs: list[dict], run_dirs: list[Path], device, trackers=None, compile=False, origins=None
-) -> list[dict]:
-    """train() plus what every entry point needs: a crash leaves error.json (status 'failed')
-    in each unfinished run dir, a finished run clears it, and the W&B runs are closed whatever
-    happens. A task that trains nothing (the number probes) runs its registered runner,
-    spec after spec, instead of the training loop. trackers, origins: per spec, or None."""
+def execute(cells: list[Cell], device, *, compile: bool = False, wandb: str = "off") -> list[dict]:
+    """Train the cells whose run folders have not finished (those that have are said so on stderr)
+    and return their results: the one entry point of every command that runs cells. A crash leaves
+    error.json (status 'failed') in each unfinished run folder, a finished run clears it, and the
+    W&B runs are closed whatever happens. A task that trains nothing (the number probes) runs its
+    registered runner, cell after cell, instead of the training loop."""
     from suite.spec import runner_of_task
+    from suite.tracking import make_tracker
     from suite.train import Preempted, train
 
-    trackers = trackers or [None] * len(specs)
-    runner = runner_of_task(specs[0]["task"]["name"])
-    dirs = [RunDir(d) for d in run_dirs]
+    for cell in cells:
+        if RunDir(cell.run_dir).finished:
+            print(f"already finished: {cell.name}", file=sys.stderr)
+    cells = [c for c in cells if not RunDir(c.run_dir).finished]
+    if not cells:
+        return []
+    dirs = [RunDir(c.run_dir) for c in cells]
     for rd in dirs:  # before W&B starts: a second process must not write into the owner's W&B run
         if rd.is_locked():
             raise RunLocked(f"another process is running this spec in {rd.path}")
-    live = [t for t in trackers if t is not None]  # train() starts them once the specs are known to build
+    cells = [c if c.tracker is not None else replace(c, tracker=make_tracker(wandb, c)) for c in cells]
+    live = [c.tracker for c in cells if c.tracker is not None]  # train() starts them once the cells build
+    runner = runner_of_task(cells[0].spec["task"]["name"])
     try:
         if runner:
             results = []
-            for spec, rd, tracker in zip(specs, dirs, trackers):
-                results.append(runner.build(spec, rd.path, device))
-                if tracker is not None:  # the runner's result, sent once it is written
-                    tracker.finish(results[-1])
+            for cell in cells:
+                results.append(runner.build(cell.spec, cell.run_dir, device))
+                if cell.tracker is not None:  # the runner's result, sent once it is written
+                    cell.tracker.finish(results[-1])
         else:
-            results = train(specs, [rd.path for rd in dirs], device, trackers, compile, origins)
+            results = train(cells, device, compile)
     except Preempted:
         for tracker in live:
             tracker.close(3)
@@ -84,30 +93,8 @@ def run_cells(
     return results
 
 
-def run_pending(
-    specs: list[dict],
-    run_dirs: list[Path],
-    names: list[str],
-    device,
-    compile: bool,
-    tracker_of=lambda i: None,
-    origins: list[dict] | None = None,
-) -> list[dict]:
-    """run_cells over the specs whose run dirs have not finished (those that have are said so, by
-    name, on stderr); tracker_of(i) makes spec i's tracker; origins[i] is the grid and experiment
-    spec i's result records. Returns the new results."""
-    todo = [i for i, run_dir in enumerate(run_dirs) if not RunDir(run_dir).finished]
-    for i in sorted(set(range(len(specs))) - set(todo)):
-        print(f"already finished: {names[i]}", file=sys.stderr)
-    if not todo:
-        return []
-    pick = lambda items: [items[i] for i in todo]  # noqa: E731
-    trackers = [tracker_of(i) for i in todo]
-    return run_cells(pick(specs), pick(run_dirs), device, trackers, compile, pick(origins or [{}] * len(specs)))
-
-
-def statuses(cells: list[Cell], root: str | Path) -> list[str]:
-    return [RunDir(cell.run_dir(root)).status() for cell in cells]
+def statuses(cells: list[Cell]) -> list[str]:
+    return [RunDir(cell.run_dir).status() for cell in cells]
 
 
 # --- manifests and chunks -------------------------------------------------------------------------
@@ -120,10 +107,10 @@ def new_submission_dir(root: str | Path, grid_name: str) -> Path:
     return path
 
 
-def seed_groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
+def groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
     """Indices of the cells that differ only in their seed and their task's, optimizer's and
     filter's settings (suite.spec.shared), in grid order, at most `ensemble` per group: each group
-    trains as one stack (or in parts of equal shapes, when the settings change a tensor's size)."""
+    trains as one stack (or as several, when the settings change a tensor's size)."""
     by_rest: dict[str, list[int]] = {}
     for i, cell in enumerate(cells):
         rest = json.dumps(shared(cell.spec), sort_keys=True)
@@ -132,12 +119,10 @@ def seed_groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
 
 
 def plan_chunks(cells: list[Cell], cells_per_task: int, ensemble: int) -> list[list[list[int]]]:
-    """Chunks (one per process or array task) of whole seed groups, each of at least
+    """Chunks (one per process or array task) of whole groups, each of at least
     cells_per_task cells where the groups allow it."""
-    if ensemble < 1:
-        raise SuiteError(f"--ensemble must be at least 1, got {ensemble}")
     chunks: list[list[list[int]]] = []
-    for group in seed_groups(cells, ensemble):
+    for group in groups(cells, ensemble):
         if not chunks or sum(map(len, chunks[-1])) >= cells_per_task:
             chunks.append([])
         chunks[-1].append(group)
@@ -170,10 +155,7 @@ def write_manifest(
         "ensemble": ensemble,
         "n_tasks": len(chunks),
         "chunks": chunks,
-        "cells": [
-            {"id": c.id, "experiment": c.experiment, "label": c.label, "run_dir": str(c.run_dir(root)), "spec": c.spec}
-            for c in cells
-        ],
+        "cells": [c.to_json() | {"run_dir": str(c.run_dir.resolve())} for c in cells],  # read from any folder
     }
     write_json(workdir / "manifest.json", manifest)
     return workdir / "manifest.json"
@@ -208,10 +190,10 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
     device = resolve_device(manifest["device"])
     failed = 0
     for group in manifest["chunks"][index]:
-        cells = [manifest["cells"][i] for i in group]
-        pending = [c for c in cells if not RunDir(c["run_dir"]).finished]
+        cells = [Cell.from_json({"grid": manifest["grid"]} | manifest["cells"][i]) for i in group]
+        pending = [c for c in cells if not RunDir(c.run_dir).finished]
         if pending and _stop_requested:
-            print(f"stopped by {_stop_requested[0]} before {pending[0]['run_dir']}", file=sys.stderr)
+            print(f"stopped by {_stop_requested[0]} before {pending[0].run_dir}", file=sys.stderr)
             return 3
         code = _run_group(manifest, cells, pending, device)
         if code in (3, FULL):  # preempted: the rest runs when the task is requeued; a full disk: nothing would
@@ -220,28 +202,17 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
     return 1 if failed else 0
 
 
-def _run_group(manifest: dict, cells: list[dict], pending: list[dict], device) -> int:
-    """One seed group of a chunk, its progress said on stderr: 3 preempted, FULL the disk is full,
+def _run_group(manifest: dict, cells: list[Cell], pending: list[Cell], device) -> int:
+    """One group of a chunk, its progress said on stderr: 3 preempted, FULL the disk is full,
     else 1 if its cells failed, 0 if not."""
-    from suite.tracking import make_tracker
     from suite.train import Preempted
 
-    names = "\n  ".join(f"{c['run_dir']} [{c['label']}]" for c in pending)
+    names = "\n  ".join(c.name for c in pending)
     if pending:
-        many = f"running {len(pending)} seeds as one ensemble:\n  {names}"
+        many = f"running {len(pending)} cells as one group:\n  {names}"
         print(f"running {names}" if len(pending) == 1 else many, file=sys.stderr, flush=True)
     try:
-        run_pending(
-            [c["spec"] for c in cells],
-            [Path(c["run_dir"]) for c in cells],
-            [f"{c['run_dir']} [{c['label']}]" for c in cells],
-            device,
-            manifest.get("compile", False),
-            lambda i: make_tracker(
-                manifest["wandb"], cells[i]["spec"], cells[i]["run_dir"], manifest["grid"], cells[i]["experiment"]
-            ),
-            [{"grid": manifest["grid"], "experiment": c["experiment"]} for c in cells],
-        )
+        execute(cells, device, compile=manifest.get("compile", False), wandb=manifest["wandb"])
     except Preempted as stop:
         print(f"stopped: {stop}", file=sys.stderr)
         return 3
@@ -249,7 +220,7 @@ def _run_group(manifest: dict, cells: list[dict], pending: list[dict], device) -
         print(f"skipped: {err}", file=sys.stderr)
     except SuiteError as err:  # bad input found only when building (e.g. a model that cannot read the task)
         for cell in pending:
-            RunDir(cell["run_dir"]).record_failure(err)
+            RunDir(cell.run_dir).record_failure(err)
         print(f"failed: {names}: {err}", file=sys.stderr)
         return 1
     except Exception as err:

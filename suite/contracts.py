@@ -321,3 +321,12 @@ def _usable(tp) -> bool:
 
 class ContractError(SuiteError):
     """A component that does not fit its kind's contract (raised when it registers)."""
+
+
+def check_built(kind: str, name: str, obj, base: type) -> None:
+    """A builder gave what its contract promises, or one line that says what it gave instead."""
+    if not isinstance(obj, base):
+        raise SuiteError(
+            f"{kind} '{name}' built a {type(obj).__name__}, not a {base.__module__}.{base.__qualname__} "
+            "(see suite/contracts.py)"
+        )

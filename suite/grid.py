@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite.cell import Cell
 from suite.errors import SuiteError
 from suite.registry import _closest
-from suite.spec import DEFAULTS, default_run_dir, resolve, spec_id
+from suite.spec import DEFAULTS, default_run_dir, resolve
 
 KINDS = tuple(DEFAULTS)  # task, model, opt, sampler, filter
 TOP_KEYS = ("name", "description", "fixed", "axes", "overrides", "experiment", "slurm", "tuning")
@@ -60,25 +61,11 @@ SLURM_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class Cell:
-    spec: dict
-    label: str  # the axis values that make this cell, e.g. "opt=adamlr c=4 seed=1"
-    experiment: str
-
-    @property
-    def id(self) -> str:
-        return spec_id(self.spec)
-
-    def run_dir(self, root: str | Path) -> Path:
-        return default_run_dir(self.spec, root)
-
-
 @dataclass
 class Grid:
     name: str
     path: Path
-    cells: list[Cell]
+    cells: list[Cell]  # each with its run folder under the root the grid was loaded for
     slurm: dict[str, Any] = field(default_factory=dict)
     tuning: dict | None = None  # a [tuning] table: its cells are tuned and rerun (suite/tuning.py, `suite tune`)
 
@@ -95,14 +82,18 @@ class Grid:
         cells = [c for c in self.cells if c.experiment in experiments]
         return Grid(self.name, self.path, cells, self.slurm, self.tuning)
 
+    def under(self, root: str | Path) -> Grid:
+        """The same grid with its cells' run folders under another root."""
+        return Grid(self.name, self.path, [c.under(root) for c in self.cells], self.slurm, self.tuning)
+
 
 SHIPPED = Path(__file__).parent / "grids"  # suite/grids/*.toml, also inside an installed wheel
 
 
-def load(path: str | Path) -> Grid:
+def load(path: str | Path, root: str | Path = "runs") -> Grid:
     """Read, check and expand a grid file: a path, or the name of a shipped grid ('quick' or
-    'quick.toml' for suite/grids/quick.toml, from any directory). Raises SuiteError (one line)
-    on any bad input."""
+    'quick.toml' for suite/grids/quick.toml, from any directory), its cells' run folders under
+    root. Raises SuiteError (one line) on any bad input."""
     path = Path(path)
     shipped = SHIPPED / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
     if not path.exists() and (len(path.parts) == 1 or path.parts[:-1] == ("suite", "grids")) and shipped.exists():
@@ -129,14 +120,14 @@ def load(path: str | Path) -> Grid:
     slurm = _table(raw, "slurm", where)
     _check_keys(slurm, SLURM_KEYS, f"{where} [slurm]")
 
-    cells = _cells(raw, name, where)
+    cells = _cells(raw, name, where, root)
     tuning = raw.get("tuning")
     if tuning is not None and not isinstance(tuning, dict):
         raise SuiteError(f"{where}: 'tuning' must be a table")
     return Grid(name, path, cells, slurm, tuning)
 
 
-def _cells(raw: dict, name: str, where: str) -> list[Cell]:
+def _cells(raw: dict, name: str, where: str, root: str | Path) -> list[Cell]:
     """Every cell of the file: each [[experiment]] block (or the file alone) expanded on top of the
     file's fixed, axes and overrides; a spec appears once."""
     experiments = raw.get("experiment", [{}])
@@ -159,7 +150,8 @@ def _cells(raw: dict, name: str, where: str) -> list[Cell]:
         fixed = {k: v for k, v in top["fixed"].items() if k not in own_axes} | own_fixed
         axes = {k: v for k, v in top["axes"].items() if k not in own_fixed} | own_axes
         own = _overrides(_table(block, "overrides", block_where), f"{block_where} overrides")
-        for cell in _expand(fixed, axes, top["overrides"] + own, used, block.get("name", name), block_where):
+        origin = {"root": root, "grid": name, "experiment": block.get("name", name)}
+        for cell in _expand(fixed, axes, top["overrides"] + own, used, origin, block_where):
             if cell.id not in seen:
                 seen.add(cell.id)
                 cells.append(cell)
@@ -178,6 +170,7 @@ def check_builds(cells: list[Cell]) -> None:
 
     from suite.member import Member
     from suite.spec import runner_of_task, task_data
+    from suite.updates import optimizer_and_filter
 
     seen, datas = set(), {}
     for cell in cells:
@@ -190,7 +183,8 @@ def check_builds(cells: list[Cell]) -> None:
         try:
             if data_key not in datas:
                 datas[data_key] = task_data(spec)[0]
-            Member.build(spec, torch.device("cpu"), datas[data_key])
+            member = Member.build(spec, torch.device("cpu"), datas[data_key])
+            optimizer_and_filter(spec, member.model)
         except SuiteError as err:
             raise SuiteError(f"cell [{cell.label or 'fixed'}] cannot be built: {err}") from None
 
@@ -201,7 +195,7 @@ def _check_disjoint(fixed: dict, axes: dict, where: str) -> None:
         raise SuiteError(f"{where}: '{both[0]}' is both fixed and an axis")
 
 
-def _expand(fixed: dict, axes: dict, overrides: list, used: set, experiment: str, where: str) -> list[Cell]:
+def _expand(fixed: dict, axes: dict, overrides: list, used: set, origin: dict, where: str) -> list[Cell]:
     """The product of the axes (first key outermost), then each matching override's axes."""
     keys = list(axes)
     cells = []
@@ -216,7 +210,7 @@ def _expand(fixed: dict, axes: dict, overrides: list, used: set, experiment: str
                 extra_axes |= o_axes
         for extra in itertools.product(*extra_axes.values()):
             cell_axes = dict(zip(keys, values)) | dict(zip(extra_axes, extra))
-            cells.append(_cell(assignment | extra_fixed | cell_axes, cell_axes, experiment, where))
+            cells.append(_cell(assignment | extra_fixed | cell_axes, cell_axes, origin, where))
     return cells
 
 
@@ -234,7 +228,7 @@ def _check_used(overrides: list, used: set, fixed: dict, axes: dict, where: str)
         )
 
 
-def _cell(assignment: dict, cell_axes: dict, experiment: str, where: str) -> Cell:
+def _cell(assignment: dict, cell_axes: dict, origin: dict, where: str) -> Cell:
     choices = {k: v for k, v in assignment.items() if k in KINDS}
     settings = {k: v for k, v in assignment.items() if k not in KINDS and k != "seed"}
     label = " ".join(f"{k}={v}" for k, v in cell_axes.items())
@@ -245,7 +239,7 @@ def _cell(assignment: dict, cell_axes: dict, experiment: str, where: str) -> Cel
         spec = resolve(choices, settings, assignment.get("seed", 0))
     except SuiteError as err:
         raise SuiteError(f"{where}: cell [{label or 'fixed'}]: {str(err).removeprefix('--set ')}") from None
-    return Cell(spec, label, experiment)
+    return Cell(spec, default_run_dir(spec, origin["root"]), label, origin["grid"], origin["experiment"])
 
 
 # --- reading the tables --------------------------------------------------------------------------

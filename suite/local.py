@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from suite.backends import FULL, WORKER_ENV, new_submission_dir, write_manifest
-from suite.errors import SuiteError
-from suite.grid import Cell, Grid
+from suite.cell import Cell
+from suite.grid import Grid
 from suite.results import headline
 from suite.rundir import RunDir, check_writable, read_json
 
@@ -45,17 +45,15 @@ def run_local(
     ensemble: int,
     compile: bool,
 ) -> int:
-    """Run the chunks (seed groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
+    """Run the chunks (whole groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
     every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
     failed, 3 if stopped."""
-    if workers < 1:
-        raise SuiteError(f"--workers must be at least 1, got {workers}")
     check_local(root, device, cells)
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(
         workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile
     )
-    pool = _Workers(manifest, cells, root, workers)
+    pool = _Workers(manifest, cells, workers)
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     print(
         f"{len(cells)} cells in {len(pool.chunks)} processes (cells differing only in seed train as one ensemble), "
@@ -106,8 +104,8 @@ def progress_lines(logs: list[Path], shown: dict) -> list[str]:
 class _Workers:
     """The chunk processes of a local grid submission, at most `workers` at once, and what became of their cells."""
 
-    def __init__(self, manifest: Path, cells: list[Cell], root, workers: int):
-        self.manifest, self.cells, self.root, self.workers = manifest, cells, root, workers
+    def __init__(self, manifest: Path, cells: list[Cell], workers: int):
+        self.manifest, self.cells, self.workers = manifest, cells, workers
         self.chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
         self.pending, self.running = list(range(len(self.chunks))), {}
         self.counts = {"done": 0, "failed": 0, "stopped": 0, "skipped": 0, "not run (disk full)": 0}
@@ -142,12 +140,12 @@ class _Workers:
                 self.full = self.full or _last_error(Path(log.name))
             for i in self.chunks[k]:
                 cell = self.cells[i]
-                outcome = _outcome(proc.returncode, RunDir(cell.run_dir(self.root)))
+                outcome = _outcome(proc.returncode, RunDir(cell.run_dir))
                 self.counts[outcome] += 1
                 if outcome != "not run (disk full)":  # said once, at the end
                     n = sum(self.counts.values())
                     print(
-                        _outcome_line(n, len(self.cells), outcome, cell, self.root, log.name),
+                        _outcome_line(n, len(self.cells), outcome, cell, log.name),
                         file=sys.stderr,
                         flush=True,
                     )
@@ -171,8 +169,8 @@ def _last_error(log: Path) -> str:
     )
 
 
-def _outcome_line(n: int, total: int, outcome: str, cell: Cell, root, log: str) -> str:
-    rd = RunDir(cell.run_dir(root))
+def _outcome_line(n: int, total: int, outcome: str, cell: Cell, log: str) -> str:
+    rd = RunDir(cell.run_dir)
     line = f"[{n}/{total}] {outcome:<7} {rd.path} [{cell.label}]"
     if outcome == "done":
         result = read_json(rd / "result.json")

@@ -15,7 +15,6 @@ import platform
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
 import torch
@@ -23,10 +22,10 @@ from torch import nn
 
 import suite
 from suite import weights
+from suite.cell import Cell
 from suite.chance import ChanceWatch
-from suite.components.optimizers import ParamGroups
 from suite.config import TrainConfig
-from suite.contracts import GradFilter, Sampler, Tracker
+from suite.contracts import Sampler, Tracker, check_built
 from suite.data import TaskData
 from suite.errors import SuiteError
 from suite.milestones import Milestones
@@ -44,8 +43,9 @@ class Member:
     sampler: Sampler
     generator: torch.Generator
     rng: dict  # torch's global RNG states right after the build: the loop starts from them
-    run_dir: RunDir | None = None
-    tracker: Tracker | None = None
+    cfg: TrainConfig  # its spec's train block
+    cell: Cell | None = None  # what it was asked to run: its run folder, tracker, grid and experiment
+    run_dir: RunDir | None = None  # the cell's run folder, locked once claimed
     state: dict | None = None  # the checkpoint it resumes from (None: step 0)
     history: list[dict] = field(default_factory=list)  # its evaluations before that checkpoint
     milestones: Milestones | None = None
@@ -55,14 +55,13 @@ class Member:
     result: dict | None = None  # set once it stops (target held, diverged, budget), or found finished
     diverged: bool = False  # its loss or parameters stopped being finite
     notes: list[str] = field(default_factory=list)  # milestones reached since the last progress line
-    origin: dict = field(default_factory=dict)  # the grid and experiment that asked for it (none: `suite run`)
 
     @classmethod
     def build(cls, spec: dict, device: torch.device, data: TaskData | None = None) -> Member:
         """Its data (built from the spec unless given), model and batches; bad input raises
         SuiteError here, before anything is written (settings whose tensors do not fit in memory
-        included)."""
-        cfg = TrainConfig(**spec["train"])  # its checks
+        included). Its optimizer and filter are its stack's (suite/updates.py)."""
+        cfg = TrainConfig(**spec["train"])
         with _fits(spec):
             data, model_entry = task_data(spec, data)
             if not (len(data.y_train) and len(data.y_val)):
@@ -77,15 +76,13 @@ class Member:
         sampler = (
             ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
         )
-        _check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
+        check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
         if sampler.reads_embedding_grad and getattr(model, "embedding_weight", None) is None:
             raise SuiteError(
                 f"sampler '{spec['sampler']['name']}' reads the token-embedding gradients, "
                 f"but model '{spec['model']['name']}' here has no token embedding"
             )
-        rng = rng_states(device)
-        optimizer_and_filter(spec, model)  # an optimizer or filter that does not fit the model says so now
-        member = cls(spec, data, model, sampler, generator, rng)
+        member = cls(spec, data, model, sampler, generator, rng_states(device), cfg)
         member.milestones = Milestones(cfg.memorization, cfg.target, cfg.hold)
         member.chance = ChanceWatch(data.n_classes)
         return member
@@ -101,10 +98,14 @@ class Member:
 
     # --- the run folder ------------------------------------------------------------------------
 
-    def claim(self, run_dir: str | Path, tracker: Tracker | None) -> None:
-        """Lock the run dir and read where it stands: finished (result set), or resumed from its
-        checkpoint (its model, sampler and generator restored), or from step 0. Writes nothing."""
-        self.run_dir, self.tracker = RunDir(run_dir), tracker
+    @property
+    def tracker(self) -> Tracker | None:
+        return self.cell.tracker
+
+    def claim(self, cell: Cell) -> None:
+        """Lock the cell's run dir and read where it stands: finished (result set), or resumed from
+        its checkpoint (its model, sampler and generator restored), or from step 0. Writes nothing."""
+        self.cell, self.run_dir = cell, RunDir(cell.run_dir)
         self.run_dir.lock()
         if self.run_dir.finished:  # by another process meanwhile
             self.result = read_json(self.run_dir / "result.json")
@@ -230,8 +231,8 @@ class Member:
             "steps_per_s": step / wall if wall > 0 else None,
             **how,
             "task_info": self.data.info,
-            "grid": self.origin.get("grid"),
-            "experiment": self.origin.get("experiment"),
+            "grid": self.cell.grid,
+            "experiment": self.cell.experiment,
             "suite_version": suite.__version__,
             "torch_version": torch.__version__,
             "python": platform.python_version(),
@@ -247,26 +248,25 @@ class Member:
         self.run_dir.unlock()
 
     def release(self) -> None:
-        """Close and unlock the run dir (preempted: its checkpoint stays)."""
+        """Close and unlock the run dir (preempted: its checkpoint stays); one it never wrote to
+        is left as it was found."""
         if self.metrics_file is not None:
             self.metrics_file.close()
-        if self.run_dir is not None:
             self.run_dir.unlock()
+        elif self.run_dir is not None:
+            self.run_dir.abandon()
 
 
-def claim(members: list[Member], run_dirs: list, trackers: list) -> None:
-    """Every member claims its run dir, then those still to train start writing: if one cannot
-    claim (a damaged file, another process on it), the others let go and nothing is written."""
+def claim(members: list[Member], cells: list[Cell]) -> None:
+    """Every member claims its cell's run dir: if one cannot (a damaged file, another process on
+    it), the others let go. Writes nothing."""
     try:
-        for m, run_dir, tracker in zip(members, run_dirs, trackers):
-            m.claim(run_dir, tracker)
+        for m, cell in zip(members, cells):
+            m.claim(cell)
     except SuiteError:
         for m in members:
             m.release()
         raise
-    for m in members:
-        if m.result is None:
-            m.open()
 
 
 @contextmanager
@@ -287,22 +287,3 @@ def _fits(spec: dict):
             f"task '{spec['task']['name']}' and model '{spec['model']['name']}' with these settings "
             f"do not fit in memory ({line})"
         ) from None
-
-
-def optimizer_and_filter(spec: dict, model: nn.Module) -> tuple[torch.optim.Optimizer, GradFilter]:
-    groups = ParamGroups.of(model)
-    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
-    _check_built("optimizer", spec["opt"]["name"], optimizer, torch.optim.Optimizer)
-    for group in optimizer.param_groups:
-        group["base_lr"] = group["lr"]  # warmup scales from here
-    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
-    _check_built("filter", spec["filter"]["name"], grad_filter, GradFilter)
-    return optimizer, grad_filter
-
-
-def _check_built(kind: str, name: str, obj, base: type) -> None:
-    if not isinstance(obj, base):
-        raise SuiteError(
-            f"{kind} '{name}' built a {type(obj).__name__}, not a {base.__module__}.{base.__qualname__} "
-            "(see suite/contracts.py)"
-        )

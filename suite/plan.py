@@ -1,4 +1,5 @@
-"""Which members train together: the one place that decides whether runs can stack.
+"""Which members train together: the one place that decides whether runs can stack, and the
+stacks they train in.
 
 Members stack (suite/ensemble.py's Stacked) when that is exact and their tensors line up:
 their specs differ only in the seed and the settings of their task, optimizer and filter
@@ -14,7 +15,6 @@ and steps.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -23,15 +23,10 @@ from suite.ensemble import Alone, Stacked, shapes
 from suite.member import Member
 from suite.registry import ALL
 from suite.spec import shared
+from suite.stack import Stack
 
 SHAPES_DIFFER = "the members' data or models differ in shape"
 STEPS_DIFFER = "they were resumed from different steps"
-
-
-@dataclass
-class Part:
-    members: list[Member]
-    model: Stacked | Alone
 
 
 def blocker(specs: list[dict], models: list[nn.Module]) -> str | None:
@@ -51,16 +46,17 @@ def blocker(specs: list[dict], models: list[nn.Module]) -> str | None:
     return None
 
 
-def parts(members: list[Member]) -> list[Part]:
-    """The members still to train, in parts that each train as one model, in order; says once,
-    on stderr, why they do not all train as one stack."""
+def stacks(members: list[Member], device: torch.device) -> list[Stack]:
+    """The members still to train, in stacks that each train as one model, in order; says once,
+    on stderr, why they do not all train as one stack. Building a stack builds its optimizers and
+    filters: one that does not fit the model raises here."""
     live = [m for m in members if m.result is None]
     if not live:
         return []
     reasons, out = [], []
     if blocked := blocker([m.spec for m in live], [m.model for m in live]):
         reasons.append(blocked)
-        out = [Part([m], Alone(m.model)) for m in live]
+        out = [([m], Alone(m.model)) for m in live]
     else:
         by_key: dict = {}
         for m in live:
@@ -70,14 +66,14 @@ def parts(members: list[Member]) -> list[Part]:
         for group in by_key.values():
             stacked, failure = _stacked(group)
             if stacked is not None:
-                out.append(Part(group, stacked))
+                out.append((group, stacked))
             else:
                 reasons.append(failure)
-                out += [Part([m], Alone(m.model)) for m in group]
+                out += [([m], Alone(m.model)) for m in group]
     if len(out) > 1:
-        how = "one after the other" if all(len(p.members) == 1 for p in out) else f"in {len(out)} stacks"
+        how = "one after the other" if all(len(ms) == 1 for ms, _ in out) else f"in {len(out)} stacks"
         print(f"{len(live)} runs train {how}: {'; '.join(dict.fromkeys(reasons))}", file=sys.stderr)
-    return out
+    return [Stack(ms, model, device) for ms, model in out]
 
 
 def _stacked(group: list[Member]) -> tuple[Stacked | None, str | None]:

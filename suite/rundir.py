@@ -96,6 +96,7 @@ class RunDir:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._lock = None
+        self._made: list[Path] = []  # the folders lock() created, deepest first
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name
@@ -117,11 +118,13 @@ class RunDir:
         A few retries: `is_locked` (status) holds the lock for an instant, and must not make a
         run that starts at that moment believe somebody else is on it.
         """
+        made = [p for p in (self.path, *self.path.parents) if not p.exists()]
         writable_dir(self.path)
         try:
             self._lock = open(self.path / ".lock", "a")
         except OSError as err:
             raise SuiteError(f"cannot write to {self.path}: {err.strerror or err}") from None
+        self._made = made
         for _ in range(tries):
             try:
                 fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -135,6 +138,18 @@ class RunDir:
         if self._lock:
             self._lock.close()
             self._lock = None
+
+    def abandon(self) -> None:
+        """Unlock, and remove the folders lock() made: for a run that failed before writing
+        anything (bad input found as its stack was built), so that nothing is left behind."""
+        self.unlock()
+        if self._made:
+            (self.path / ".lock").unlink(missing_ok=True)
+            for folder in self._made:
+                try:
+                    folder.rmdir()
+                except OSError:  # not empty: something else lives there now
+                    break
 
     def is_locked(self) -> bool:
         """True while some process runs here (what `status` calls running)."""

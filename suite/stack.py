@@ -14,7 +14,6 @@ import math
 import torch
 
 from suite import precision
-from suite.config import TrainConfig
 from suite.ensemble import Alone, Stacked, finite
 from suite.hessian import hessian_measures
 from suite.measures import LOSSES, evaluate, progress_columns, sigma_ratio, to_host
@@ -26,11 +25,11 @@ from suite.updates import elementwise, for_stack
 class Stack:
     def __init__(self, members: list[Member], model: Stacked | Alone, device: torch.device):
         self.live, self.model, self.device, self.spec = list(members), model, device, members[0].spec
-        self.cfg = TrainConfig(**self.spec["train"])
+        self.cfg = members[0].cfg  # one part: the same train settings (suite/plan.py)
         self.loss_fn = LOSSES[self.cfg.loss]
         self.update = for_stack([m.spec for m in members], model, elementwise(self.spec))
         self.x_train, self.y_train, self.x_val, self.y_val = (
-            torch.stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val")
+            _stack([getattr(m.data, k) for m in members]) for k in ("x_train", "y_train", "x_val", "y_val")
         )
         # Each member's correct predictions on the batches it trained on since the last evaluation
         # (train mode, before the update): Grokking-Insight's train accuracy, `train_acc_running`.
@@ -38,7 +37,10 @@ class Stack:
         self.running_seen = 0
         if members[0].start:
             self._restore([m.state for m in members])
-        set_rng_states(members[0].state or members[-1].rng, device)  # where its separate run's global RNG stands
+
+    def start(self) -> None:
+        """Torch's global RNG where its separate run's stands as it starts (dropout draws from it)."""
+        set_rng_states(self.live[0].state or self.live[-1].rng, self.device)
 
     def _restore(self, states: list[dict]) -> None:
         """The optimizer, filter and running accuracy from the members' checkpoints (their models,
@@ -57,13 +59,15 @@ class Stack:
 
     # --- the step's pieces (suite/train.py's train_step puts them together) ------------------------
 
-    def next_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every live member's next batch of its own data, [K, batch, ...] and [K, batch], and the
-        learning rate of this step (the warmup's share of each group's base rate)."""
-        batch = torch.stack([m.sampler.next() for m in self.live])  # [K, batch]
+    def warm_up(self, step: int) -> None:
+        """The learning rate of this step: the warmup's share of each group's base rate."""
         warmup = min(step / self.cfg.warmup_steps, 1.0) if self.cfg.warmup_steps else 1.0
         for group in self.update.param_groups:
             group["lr"] = group["base_lr"] * warmup
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every live member's next batch of its own data, [K, batch, ...] and [K, batch]."""
+        batch = torch.stack([m.sampler.next() for m in self.live])  # [K, batch]
         rows = torch.arange(len(self.live), device=self.device)[:, None]  # member i's batch from member i's data
         return self.x_train[rows, batch], self.y_train[rows, batch]
 
@@ -164,3 +168,8 @@ class Stack:
         self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct = (
             t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct)
         )
+
+
+def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The members' tensors on a leading axis; one member's as a view (no copy of its data)."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)

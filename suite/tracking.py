@@ -140,11 +140,11 @@ def time_to_target(result: dict) -> dict:
     }
 
 
-def make_tracker(mode: str, spec: dict, run_dir: str | Path, grid: str | None = None, experiment: str | None = None):
-    """A tracker for train() or a task's own runner (the number probes), or None when tracking is off."""
+def make_tracker(mode: str, cell):
+    """A cell's tracker for train() or its task's own runner (the number probes), or None when tracking is off."""
     if check_mode(mode) == "off":
         return None
-    return WandbTracker(mode, spec, run_dir, grid, experiment)
+    return WandbTracker(mode, cell.spec, cell.run_dir, cell.grid, cell.experiment)
 
 
 class WandbTracker:

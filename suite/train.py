@@ -1,5 +1,5 @@
-"""The one training loop. Read it top to bottom: build, claim, plan, then per stack: step /
-evaluate / record / checkpoint, and finish.
+"""The one training loop. Read it top to bottom: build, claim, plan the stacks, open, then per
+stack: step / evaluate / record / checkpoint, and finish.
 
 A run is a pure function of its spec: the seed fixes the model's initialisation, the task's
 split (unless the task is given its own data_seed) and the generator that draws every batch.
@@ -7,12 +7,13 @@ A checkpoint holds everything that changes during training (model, optimizer, fi
 generator, step), so a run that is killed and resumed writes the same numbers as one that
 never stopped.
 
-Several specs that differ only in their seed and their task's settings (operation, split,
-data seed, ...) train together as one stack (K members, parameters stacked, forward vmapped:
-suite/ensemble.py) when that is exact and their tensors have the same shapes; in parts, or one
-after the other, otherwise (suite/plan.py decides, once, up front). Every member keeps its own
-data, batches, run dir, milestones and early stop; a single run is the stack of one. The
-members own their run folders (suite/member.py); the stack computes (suite/stack.py).
+The loop takes cells (suite/cell.py: a spec with its seed, and its run folder). A group of cells
+that differ only in their seed and their task's, optimizer's and filter's settings trains as one
+stack (K members, parameters stacked, forward vmapped: suite/ensemble.py) when that is exact and
+their tensors have the same shapes; as several stacks, or one member after the other, otherwise
+(suite/plan.py decides, once, up front). Every member keeps its own data, batches, run dir,
+milestones and early stop; a single run is the stack of one. The members own their run folders
+(suite/member.py); the stack computes (suite/stack.py).
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from suite import precision
+from suite.cell import Cell
 from suite.ensemble import clip_grad_norms
 from suite.errors import SuiteError
 from suite.member import Member, claim
-from suite.plan import parts
+from suite.plan import stacks
 from suite.results import provenance
 from suite.rundir import rng_states
 from suite.spec import spec_id
@@ -61,34 +62,26 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
-def train(
-    specs: list[dict],
-    run_dirs: list[Path],
-    device: torch.device,
-    trackers: list | None = None,
-    compile: bool = False,
-    origins: list[dict] | None = None,
-) -> list[dict]:
-    """Train specs into their run dirs and return their results (each also written to its
+def train(cells: list[Cell], device: torch.device, compile: bool = False) -> list[dict]:
+    """Train the cells into their run dirs and return their results (each also written to its
     run_dir/result.json). compile: the training step's forward through torch.compile (evaluation
-    stays eager: its shapes vary). origins: per spec, the grid and experiment that asked for it,
-    recorded in its result."""
+    stays eager: its shapes vary)."""
     # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
     # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
     torch.set_flush_denormal(True)
-    for spec in specs:  # a grid's check builds its cells on the CPU, so the device's own checks are here
-        precision.check(spec["train"]["precision"], device)
-    members = [Member.build(spec, device) for spec in specs]  # bad input raises here, before anything is written
-    for m, origin in zip(members, origins or [{}] * len(specs)):
-        m.origin = origin
-    trackers = trackers or [None] * len(specs)
-    claim(members, run_dirs, trackers)  # finished meanwhile: its result is read
-    for m in members:
-        if m.tracker is not None and m.result is None:
-            m.tracker.start()  # before any clock: W&B's start-up is not training time
+    for cell in cells:  # a grid's check builds its cells on the CPU, so the device's own checks are here
+        precision.check(cell.spec["train"]["precision"], device)
+    members = [Member.build(cell.spec, device) for cell in cells]  # bad input raises from here on...
+    claim(members, cells)  # finished meanwhile: its result is read
     try:
-        for part in parts(members):
-            train_stack(Stack(part.members, part.model, device), device, compile)
+        planned = stacks(members, device)  # ...to here (their optimizers and filters)
+        for m in members:
+            if m.result is None:
+                m.open()  # the first write
+                if m.tracker is not None:
+                    m.tracker.start()  # before any clock: W&B's start-up is not training time
+        for stack in planned:
+            train_stack(stack, device, compile)
     except BaseException:
         for m in members:
             if m.result is None:
@@ -100,7 +93,8 @@ def train(
 def train_step(stack: Stack, step: int, forward) -> None:
     """One update of every live member of the stack: its own batch, the sum of their mean losses
     (so each member's slice of every gradient is its own run's), filter, clip, optimizer."""
-    x, y = stack.next_batch(step)  # [K, batch, ...], [K, batch]
+    stack.warm_up(step)
+    x, y = stack.next_batch()  # [K, batch, ...], [K, batch]
     with precision.autocast(stack.cfg.precision, stack.device):  # bf16: the forward and its backward
         logits = forward(x).float()  # [K, batch, classes]; the loss in float32 whatever the precision
     stack.count_running(logits, y)
@@ -120,6 +114,7 @@ def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
     how = provenance(K, device, compile)
     forward = torch.compile(stack.model) if compile else stack.model
     progress = Progress(cfg.steps, start, spec_id(stack.spec)[:8] + (f" x{K}" if K > 1 else ""))
+    stack.start()
     clock, step = WallShare(K), start
     with _StopFlag() as stop, precision.matmul_mode(cfg.precision, device):
         for step in range(start, cfg.steps + 1):

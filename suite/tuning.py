@@ -40,8 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
+from suite.cell import Cell
 from suite.errors import SuiteError
-from suite.grid import KINDS, Cell, Grid
+from suite.grid import KINDS, Grid
 from suite.milestones import Milestones
 from suite.rundir import RunDir, UnreadableFile
 from suite.spec import default_run_dir, resolve, spec_id
@@ -209,15 +210,17 @@ def _flat(spec: dict) -> dict:
     return {f"{kind}.{k}": v for kind, part in spec.items() if isinstance(part, dict) for k, v in part.items()}
 
 
-def tuning_cells(grid: Grid, tuning: Tuning) -> list[Cell]:
-    """Every cell x method x point x tuning seed."""
+def tuning_cells(grid: Grid, tuning: Tuning, root: Path) -> list[Cell]:
+    """Every cell x method x point x tuning seed, its run folder under root."""
     where, cells = str(grid.path), {}
     for cell in grid.cells:
         for method in tuning.methods:
             for k, point in enumerate(method.points(tuning.trials)):
                 for seed in tuning.tuning_seeds:
                     spec = spec_for(cell.spec, method, point, seed, where)
-                    cells.setdefault(spec_id(spec), Cell(spec, _label(cell, method, k, seed), f"tuning/{method.name}"))
+                    label, experiment = _label(cell, method, k, seed), f"tuning/{method.name}"
+                    run_dir = default_run_dir(spec, root)
+                    cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-tuning", experiment))
     return list(cells.values())
 
 
@@ -285,9 +288,9 @@ def _targets(spec: dict) -> tuple[float, float, int]:
     return train["memorization"], train["target"], train["hold"]
 
 
-def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict]) -> list[Cell]:
-    """Each chosen point on the final seeds; records the run ids in its entry ("final_runs"), by
-    which the leaderboard finds a method's final runs."""
+def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> list[Cell]:
+    """Each chosen point on the final seeds, its run folder under root; records the run ids in its
+    entry ("final_runs"), by which the leaderboard finds a method's final runs."""
     by = {(c["cell"], c["method"]): c for c in chosen}
     cells = {}  # two methods that chose the same settings share their final runs
     for cell in grid.cells:
@@ -297,9 +300,9 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict]) -> list[Cell]:
             specs = [spec_for(cell.spec, method, entry["settings"], seed, where) for seed in tuning.final_seeds]
             entry["final_runs"] = [spec_id(spec) for spec in specs]
             for spec in specs:
-                cells.setdefault(
-                    spec_id(spec), Cell(spec, _label(cell, method, entry["chosen"], spec["seed"]), method.name)
-                )
+                label = _label(cell, method, entry["chosen"], spec["seed"])
+                run_dir = default_run_dir(spec, root)
+                cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-final", method.name))
     return list(cells.values())
 
 

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
+from suite.components.optimizers import ParamGroups
+from suite.contracts import GradFilter, check_built
 from suite.ensemble import Alone, Stacked
+from suite.registry import ALL
+from suite.spec import component_settings
 
 
 def elementwise(spec: dict) -> bool:
     """Do the spec's optimizer and filter treat every element on its own (registered so)?"""
-    from suite.registry import ALL
-
     return all(ALL[kind].get(spec[kind]["name"]).info.get("elementwise", False) for kind in ("opt", "filter"))
 
 
@@ -38,8 +42,6 @@ def for_stack(specs: list[dict], model: Stacked | Alone, elementwise: bool):
 
 class StackedUpdate:
     def __init__(self, spec: dict, model: Stacked | Alone):
-        from suite.member import optimizer_and_filter
-
         self.spec, self.model = spec, model
         self.optimizer, self.grad_filter = optimizer_and_filter(spec, model)
 
@@ -75,8 +77,6 @@ class StackedUpdate:
 
 class MemberUpdates:
     def __init__(self, specs: list[dict], model: Stacked):
-        from suite.member import optimizer_and_filter
-
         self.specs, self.model = specs, model
         self.views = [_member_view(model, i) for i in range(model.size)]
         self.members = [optimizer_and_filter(spec, view) for spec, view in zip(specs, self.views)]
@@ -130,3 +130,16 @@ def _member_view(model: Stacked, i: int) -> SimpleNamespace:
         coupled_weight=role.get(model._coupled),
         hidden_weights=[named[name] for name in model._hidden] if model._hidden is not None else None,
     )
+
+
+def optimizer_and_filter(spec: dict, model) -> tuple[torch.optim.Optimizer, GradFilter]:
+    """The spec's optimizer and gradient filter over a model's parameters (a member's own, the
+    stack's, or a member's view of it); the learning rate a warmup scales from kept as base_lr."""
+    groups = ParamGroups.of(model)
+    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
+    check_built("optimizer", spec["opt"]["name"], optimizer, torch.optim.Optimizer)
+    for group in optimizer.param_groups:
+        group["base_lr"] = group["lr"]
+    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
+    check_built("filter", spec["filter"]["name"], grad_filter, GradFilter)
+    return optimizer, grad_filter

@@ -76,7 +76,8 @@ def build_one(spec):
 
     import torch
 
-    from suite.member import Member, optimizer_and_filter
+    from suite.member import Member
+    from suite.updates import optimizer_and_filter
 
     member = Member.build(spec, torch.device("cpu"))
     optimizer, _ = optimizer_and_filter(spec, member.model)
@@ -88,11 +89,11 @@ def stack_of(specs):
     import torch
 
     from suite.member import Member
-    from suite.plan import parts
-    from suite.stack import Stack
+    from suite.plan import stacks
 
-    (part,) = parts([Member.build(spec, torch.device("cpu")) for spec in specs])
-    return Stack(part.members, part.model, torch.device("cpu"))
+    (stack,) = stacks([Member.build(spec, torch.device("cpu")) for spec in specs], torch.device("cpu"))
+    stack.start()
+    return stack
 
 
 @pytest.fixture
@@ -139,3 +140,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def as_cells(specs, run_dirs, trackers=()):
+    """The cells the loop takes: each spec with its run folder (and its tracker, where given)."""
+    from suite.cell import Cell
+
+    trackers = list(trackers) or [None] * len(specs)
+    return [Cell(spec, Path(d), tracker=t) for spec, d, t in zip(specs, run_dirs, trackers, strict=True)]

@@ -198,7 +198,7 @@ DAMAGED_RESULTS = {  # content -> what the line says after the file's name
 @pytest.mark.parametrize("content", DAMAGED_RESULTS, ids=["empty", "corrupt", "an empty object", "an empty spec"])
 def test_a_damaged_result_under_a_status_or_grid_root(tmp_path, capsys, grid, command, content):
     root = tmp_path / "runs"
-    run_dir = load(grid).cells[1].run_dir(root)
+    run_dir = load(grid).cells[1].under(root).run_dir
     run_dir.mkdir(parents=True)
     (run_dir / "result.json").write_bytes(content)
     before = snapshot(tmp_path)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import PreemptAt, metrics_text
+from conftest import PreemptAt, as_cells, metrics_text
 
 from suite import GradFilter, register_filter
 from suite.chance import ChanceWatch
@@ -75,11 +75,11 @@ def test_a_run_at_chance_says_so_when_it_falls_and_stops_once_chance_patience_ha
 def test_a_resume_inside_the_stretch_at_chance_stops_where_the_whole_run_stops(tmp_path):
     spec = resolve({"filter": "_ascent"}, TINY | {"chance_patience": 60, "checkpoint_every": 20})
     cpu = torch.device("cpu")
-    (whole,) = train([spec], [tmp_path / "whole"], cpu)
+    (whole,) = train(as_cells([spec], [tmp_path / "whole"]), cpu)
     assert whole["chance_step"] < 150 < whole["steps"]  # the cut falls inside the stretch
     with pytest.raises(Preempted):
-        train([spec], [tmp_path / "cut"], cpu, [PreemptAt(150)])
-    (resumed,) = train([spec], [tmp_path / "cut"], cpu)
+        train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(150)]), cpu)
+    (resumed,) = train(as_cells([spec], [tmp_path / "cut"]), cpu)
     assert (resumed["steps"], resumed["chance_step"]) == (whole["steps"], whole["chance_step"])
     assert metrics_text(tmp_path / "cut") == metrics_text(tmp_path / "whole")
 

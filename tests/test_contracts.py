@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, metrics_text, run_cli
+from conftest import REPO, as_cells, metrics_text, run_cli
 from torch import nn
 
 from suite import SuiteError, register_model
@@ -199,7 +199,7 @@ TINY = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "train.s
 
 def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp_path, capsys):
     specs = [resolve({"model": "_gru"}, TINY, seed) for seed in (0, 1)]
-    together = train(specs, [tmp_path / "a0", tmp_path / "a1"], torch.device("cpu"))
+    together = train(as_cells(specs, [tmp_path / "a0", tmp_path / "a1"]), torch.device("cpu"))
     err = capsys.readouterr().err
     assert re.search(
         r"^2 runs train one after the other: model '_gru' cannot be vmapped \(RuntimeError: "
@@ -207,7 +207,7 @@ def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp
         err,
         re.M,
     ), err
-    alone = [train([spec], [tmp_path / f"b{spec['seed']}"], torch.device("cpu"))[0] for spec in specs]
+    alone = [train(as_cells([spec], [tmp_path / f"b{spec['seed']}"]), torch.device("cpu"))[0] for spec in specs]
     for a, b in zip(together, alone):
         assert a["steps"] == 20 and a["ensemble_size"] == 1
         assert metrics_text(tmp_path / f"a{a['spec']['seed']}") == metrics_text(tmp_path / f"b{b['spec']['seed']}")
@@ -369,7 +369,7 @@ def _few_steps(tmp_path, choices: dict, settings: dict | None = None) -> dict:
         {"model": model, **choices},
         {**task_settings, **TINY_MODEL.get(model, {}), **batch, "train.steps": 4, "eval_every": 2, **(settings or {})},
     )
-    (result,) = train([spec], [tmp_path / "run"], torch.device("cpu"))
+    (result,) = train(as_cells([spec], [tmp_path / "run"]), torch.device("cpu"))
     records = [json.loads(line) for line in metrics_text(tmp_path / "run").splitlines()]
     assert [r["step"] for r in records] == [0, 2, 4] and all(math.isfinite(r["train_loss"]) for r in records)
     assert result["steps"] == 4

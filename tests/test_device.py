@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from conftest import PreemptAt
+from conftest import PreemptAt, as_cells
 
 from suite.errors import SuiteError
 from suite.spec import resolve
@@ -41,27 +41,27 @@ def _agree(a, b, rtol: float) -> None:
 def test_a_run_on_the_device_is_the_cpu_run_to_float32_rounding(tmp_path, choices):
     settings = {**SMALL, **({"d_model": 16, "d_mlp": 32, "n_heads": 2} if choices else MLP)}
     spec = resolve(choices, settings, 0)
-    (result,) = train([spec], [tmp_path / "device"], DEVICE)
-    train([spec], [tmp_path / "cpu"], CPU)
+    (result,) = train(as_cells([spec], [tmp_path / "device"]), DEVICE)
+    train(as_cells([spec], [tmp_path / "cpu"]), CPU)
     assert result["device"].startswith(DEVICE.type)
     _agree(_records(tmp_path / "device")[:3], _records(tmp_path / "cpu")[:3], rtol=1e-4)  # early: before Adam amplifies
 
 
 def test_each_member_of_a_stack_on_the_device_is_its_separate_run(tmp_path):
     specs = [resolve({"opt": "adamlr"}, {**SMALL, **MLP}, seed) for seed in range(3)]
-    together = train(specs, [tmp_path / "stack" / str(i) for i in range(3)], DEVICE)
+    together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), DEVICE)
     assert {r["ensemble_size"] for r in together} == {3}
     for i, spec in enumerate(specs):
-        train([spec], [tmp_path / "alone" / str(i)], DEVICE)
+        train(as_cells([spec], [tmp_path / "alone" / str(i)]), DEVICE)
         _agree(_records(tmp_path / "stack" / str(i)), _records(tmp_path / "alone" / str(i)), rtol=1e-3)
 
 
 def test_a_preempted_bf16_run_on_the_device_resumes_to_the_same_numbers(tmp_path):
     spec = resolve({}, {**SMALL, **MLP, "train.precision": "bf16", "patience": None}, 0)
-    train([spec], [tmp_path / "whole"], DEVICE)
+    train(as_cells([spec], [tmp_path / "whole"]), DEVICE)
     with pytest.raises(Preempted):
-        train([spec], [tmp_path / "cut"], DEVICE, [PreemptAt(30)])
-    train([spec], [tmp_path / "cut"], DEVICE)
+        train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(30)]), DEVICE)
+    train(as_cells([spec], [tmp_path / "cut"]), DEVICE)
     _agree(_records(tmp_path / "cut"), _records(tmp_path / "whole"), rtol=1e-2)
 
 
@@ -69,8 +69,8 @@ def test_tf32_trains_on_cuda_and_is_refused_elsewhere(tmp_path):
     spec = resolve({}, {**SMALL, **MLP, "train.precision": "tf32"}, 0)
     if DEVICE.type != "cuda":
         with pytest.raises(SuiteError, match="CUDA only"):
-            train([spec], [tmp_path / "run"], DEVICE)
+            train(as_cells([spec], [tmp_path / "run"]), DEVICE)
         assert not (tmp_path / "run").exists()
         return
-    (result,) = train([spec], [tmp_path / "run"], DEVICE)
+    (result,) = train(as_cells([spec], [tmp_path / "run"]), DEVICE)
     assert result["steps"] == 60 and not torch.backends.cuda.matmul.allow_tf32  # the flag restored after the run

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY_FIXED, metrics_text, run_cli
+from conftest import TINY_FIXED, as_cells, metrics_text, run_cli
 
 from suite import TaskData, register_task
 from suite.cli import main
@@ -67,12 +67,12 @@ def test_a_diverging_member_stops_alone_and_the_others_equal_their_separate_runs
         "patience": None,
     }
     specs = [resolve({"task": "_loud_for_seed_1", "opt": "sgd"}, settings, seed) for seed in range(3)]
-    together = train(specs, [tmp_path / "ens" / str(i) for i in range(3)], CPU)
+    together = train(as_cells(specs, [tmp_path / "ens" / str(i) for i in range(3)]), CPU)
     assert [r["ensemble_size"] for r in together] == [3] * 3
     assert [r["stop_reason"] for r in together] == ["budget", "diverged", "budget"]
     assert together[1]["steps"] < 60
     for i, spec in enumerate(specs):
-        (alone,) = train([spec], [tmp_path / "alone" / str(i)], CPU)
+        (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert metrics(tmp_path / "ens" / str(i)) == metrics(tmp_path / "alone" / str(i))
         assert (alone["stop_reason"], alone["steps"]) == (together[i]["stop_reason"], together[i]["steps"])
 
@@ -140,8 +140,8 @@ def test_grad_clip_of_a_plain_model_is_torchs(one_thread):
 def test_grad_clip_is_a_train_setting_recorded_in_the_spec_and_changes_the_run(tmp_path, one_thread):
     free, clipped = (resolve({}, {**TINY, **extra}) for extra in ({}, {"grad_clip": 0.05}))
     assert free["train"]["grad_clip"] is None and clipped["train"]["grad_clip"] == 0.05
-    train([free], [tmp_path / "free"], CPU)
-    train([clipped], [tmp_path / "clipped"], CPU)
+    train(as_cells([free], [tmp_path / "free"]), CPU)
+    train(as_cells([clipped], [tmp_path / "clipped"]), CPU)
     assert json.loads((tmp_path / "clipped/spec.json").read_text())["train"]["grad_clip"] == 0.05
     assert metrics(tmp_path / "free")[0] == metrics(tmp_path / "clipped")[0]  # same start
     assert metrics(tmp_path / "free")[1:] != metrics(tmp_path / "clipped")[1:]  # the clip acted

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_FIXED, PreemptAt, metrics_text, run_cli, stack_of
+from conftest import TINY_FIXED, PreemptAt, as_cells, metrics_text, run_cli, stack_of
 from torch import nn
 
 from suite.ensemble import split_state, stack_states
@@ -64,9 +64,9 @@ def _same_result(a: dict, b: dict) -> bool:
 )
 def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, settings):
     specs = _specs(choices, {**SMALL, **settings})
-    together = train(specs, [tmp_path / "ens" / str(i) for i in range(3)], CPU)
+    together = train(as_cells(specs, [tmp_path / "ens" / str(i) for i in range(3)]), CPU)
     for i, spec in enumerate(specs):
-        (alone,) = train([spec], [tmp_path / "alone" / str(i)], CPU)
+        (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "ens" / str(i)) == _metrics(tmp_path / "alone" / str(i))
         assert _same_result(together[i], alone)
         assert together[i]["ensemble_size"] == 3 and alone["ensemble_size"] == 1
@@ -81,8 +81,8 @@ def test_members_stop_early_on_their_own(tmp_path):
         {**SMALL, "d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0},
         seeds=range(4),
     )
-    together = train(specs, [tmp_path / "ens" / str(i) for i in range(4)], CPU)
-    alone = [train([s], [tmp_path / "alone" / str(i)], CPU)[0] for i, s in enumerate(specs)]
+    together = train(as_cells(specs, [tmp_path / "ens" / str(i) for i in range(4)]), CPU)
+    alone = [train(as_cells([s], [tmp_path / "alone" / str(i)]), CPU)[0] for i, s in enumerate(specs)]
     assert [r["steps"] for r in together] == [r["steps"] for r in alone]
     assert any(r["stop_reason"] == "target held" for r in together)
     assert len({r["steps"] for r in together}) > 1  # they did stop at different steps
@@ -91,14 +91,14 @@ def test_members_stop_early_on_their_own(tmp_path):
 
 def test_a_preempted_ensemble_resumes_to_the_same_numbers_and_its_members_can_resume_alone(tmp_path):
     specs = _specs({"opt": "adamlr", "filter": "grokfast_ema"}, {**SMALL, "d": 16, "hidden": 32, "patience": None})
-    whole = train(specs, [tmp_path / "whole" / str(i) for i in range(3)], CPU)
+    whole = train(as_cells(specs, [tmp_path / "whole" / str(i) for i in range(3)]), CPU)
     cut = [tmp_path / "cut" / str(i) for i in range(3)]
     with pytest.raises(Preempted):
-        train(specs, cut, CPU, [PreemptAt(30), None, None])
+        train(as_cells(specs, cut, [PreemptAt(30), None, None]), CPU)
     assert all((d / "checkpoint.pt").exists() and not (d / "result.json").exists() for d in cut)
     # seed 2 resumes on its own from the ensemble's checkpoint (same format as a separate run's)
-    (alone,) = train([specs[2]], [cut[2]], CPU)
-    resumed = train(specs[:2], cut[:2], CPU)
+    (alone,) = train(as_cells([specs[2]], [cut[2]]), CPU)
+    resumed = train(as_cells(specs[:2], cut[:2]), CPU)
     for i, result in enumerate(resumed + [alone]):
         assert _metrics(cut[i]) == _metrics(tmp_path / "whole" / str(i))
         assert result["final_val_loss"] == whole[i]["final_val_loss"]
@@ -116,11 +116,11 @@ def test_an_optimizer_or_filter_of_whole_tensors_stacks_one_per_member_and_each_
     tmp_path, capsys, choices, settings
 ):
     specs = _specs(choices, {**SMALL, "d": 16, "hidden": 32, **settings}, seeds=(0, 1))
-    together = train(specs, [tmp_path / "a", tmp_path / "b"], CPU)
+    together = train(as_cells(specs, [tmp_path / "a", tmp_path / "b"]), CPU)
     assert "one after the other" not in capsys.readouterr().err
     assert [r["ensemble_size"] for r in together] == [2, 2]
     for i, seed_dir in enumerate(("a", "b")):
-        (alone,) = train([specs[i]], [tmp_path / f"alone{i}"], CPU)
+        (alone,) = train(as_cells([specs[i]], [tmp_path / f"alone{i}"]), CPU)
         assert _metrics(tmp_path / seed_dir) == _metrics(tmp_path / f"alone{i}") and alone["ensemble_size"] == 1
 
 
@@ -138,10 +138,10 @@ PER_MEMBER = {  # a setting that differs from member to member of one stack
 def test_members_with_different_hyperparameters_stack_and_each_equals_its_separate_run(tmp_path, capsys, kind):
     choices, key, values = PER_MEMBER[kind]
     specs = [resolve(choices, {**SMALL, "d": 16, "hidden": 32, key: value}, seed) for seed, value in enumerate(values)]
-    together = train(specs, [tmp_path / "stack" / str(i) for i in range(3)], CPU)
+    together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), CPU)
     assert "one after the other" not in capsys.readouterr().err and together[0]["ensemble_size"] == 3
     for i, spec in enumerate(specs):
-        (alone,) = train([spec], [tmp_path / "alone" / str(i)], CPU)
+        (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
         assert _same_result(together[i], alone)
     assert len({_metrics(tmp_path / "stack" / str(i)) for i in range(3)}) == 3
@@ -149,11 +149,11 @@ def test_members_with_different_hyperparameters_stack_and_each_equals_its_separa
 
 def test_a_preempted_stack_of_different_hyperparameters_resumes_to_the_same_numbers(tmp_path):
     specs = [resolve({"opt": "adamlr"}, {**SMALL, "d": 16, "hidden": 32, "c": c, "patience": None}, 0) for c in (1, 10)]
-    whole = train(specs, [tmp_path / "whole" / str(i) for i in range(2)], CPU)
+    whole = train(as_cells(specs, [tmp_path / "whole" / str(i) for i in range(2)]), CPU)
     cut = [tmp_path / "cut" / str(i) for i in range(2)]
     with pytest.raises(Preempted):
-        train(specs, cut, CPU, [PreemptAt(30), None])
-    resumed = train(specs, cut, CPU)
+        train(as_cells(specs, cut, [PreemptAt(30), None]), CPU)
+    resumed = train(as_cells(specs, cut), CPU)
     for i in range(2):
         assert _metrics(cut[i]) == _metrics(tmp_path / "whole" / str(i))
         assert resumed[i]["final_val_loss"] == whole[i]["final_val_loss"]
@@ -318,10 +318,10 @@ def _cross_specs(choices, settings):
 )
 def test_cells_that_differ_in_their_task_stack_and_each_equals_its_separate_run(tmp_path, choices, settings):
     specs = _cross_specs(choices, {**SMALL, **settings})
-    together = train(specs, [tmp_path / "stack" / str(i) for i in range(len(specs))], CPU)
+    together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(len(specs))]), CPU)
     assert {r["ensemble_size"] for r in together} == {len(specs)}
     for i, spec in enumerate(specs):
-        (alone,) = train([spec], [tmp_path / "alone" / str(i)], CPU)
+        (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
         assert _same_result(together[i], alone)
         assert json.loads((tmp_path / "stack" / str(i) / "spec.json").read_text()) == canonical(spec)
@@ -333,11 +333,11 @@ def test_cells_that_differ_in_their_task_stack_and_each_equals_its_separate_run(
 def test_a_preempted_cross_cell_stack_resumes_to_the_same_numbers(tmp_path):
     specs = _cross_specs({"opt": "adamlr"}, {**SMALL, "d": 16, "hidden": 32, "patience": None})
     n = len(specs)
-    whole = train(specs, [tmp_path / "whole" / str(i) for i in range(n)], CPU)
+    whole = train(as_cells(specs, [tmp_path / "whole" / str(i) for i in range(n)]), CPU)
     cut = [tmp_path / "cut" / str(i) for i in range(n)]
     with pytest.raises(Preempted):
-        train(specs, cut, CPU, [PreemptAt(30)] + [None] * (n - 1))
-    resumed = train(specs, cut, CPU)
+        train(as_cells(specs, cut, [PreemptAt(30)] + [None] * (n - 1)), CPU)
+    resumed = train(as_cells(specs, cut), CPU)
     for i in range(n):
         assert _metrics(cut[i]) == _metrics(tmp_path / "whole" / str(i))
         assert resumed[i]["final_val_loss"] == whole[i]["final_val_loss"]
@@ -346,15 +346,15 @@ def test_a_preempted_cross_cell_stack_resumes_to_the_same_numbers(tmp_path):
 def test_cells_whose_task_changes_a_shape_stack_in_parts_of_equal_shapes(tmp_path, capsys):
     """a/b leaves out b = 0, so its training set is smaller: add and mul stack, div on its own."""
     specs = [resolve({}, {**SMALL, "d": 16, "hidden": 32, "op": op}, 0) for op in ("add", "div", "mul")]
-    together = train(specs, [tmp_path / op for op in ("add", "div", "mul")], CPU)
+    together = train(as_cells(specs, [tmp_path / op for op in ("add", "div", "mul")]), CPU)
     assert "3 runs train in 2 stacks: the members' data or models differ in shape" in capsys.readouterr().err
     assert [r["ensemble_size"] for r in together] == [2, 1, 2]
-    (alone,) = train([specs[1]], [tmp_path / "div-alone"], CPU)
+    (alone,) = train(as_cells([specs[1]], [tmp_path / "div-alone"]), CPU)
     assert _metrics(tmp_path / "div") == _metrics(tmp_path / "div-alone")
 
 
 def test_a_grid_groups_cells_that_differ_in_their_task_or_optimizer_settings_into_one_stack(tmp_path):
-    from suite.backends import seed_groups
+    from suite.backends import groups
     from suite.grid import load
 
     grid = tmp_path / "g.toml"
@@ -363,13 +363,13 @@ def test_a_grid_groups_cells_that_differ_in_their_task_or_optimizer_settings_int
         "hidden = [32, 64]\nseed = [0, 1]\n"
     )
     cells = load(grid).cells
-    groups = seed_groups(cells, ensemble=8)
-    assert sorted(len(g) for g in groups) == [8, 8]  # per width: both operations x both lrs x both seeds
-    for group in groups:
+    found = groups(cells, ensemble=8)
+    assert sorted(len(g) for g in found) == [8, 8]  # per width: both operations x both lrs x both seeds
+    for group in found:
         assert len({cells[i].spec["model"]["hidden"] for i in group}) == 1
         assert len({cells[i].spec["opt"]["lr"] for i in group}) == 2
         assert len({cells[i].spec["task"]["op"] for i in group}) == 2
-    assert sorted(len(g) for g in seed_groups(cells, ensemble=3)) == [2, 2, 3, 3, 3, 3]
+    assert sorted(len(g) for g in groups(cells, ensemble=3)) == [2, 2, 3, 3, 3, 3]
 
 
 def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation(tmp_path):
@@ -380,7 +380,7 @@ def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation
     spec = resolve(
         {"sampler": "full"}, {**settings, "d": 16, "hidden": 32, "eval_every": 1, "train.steps": 30, "patience": None}
     )
-    train([spec], [tmp_path / "full"], CPU)
+    train(as_cells([spec], [tmp_path / "full"]), CPU)
     records = [json.loads(line) for line in _metrics(tmp_path / "full").splitlines()]
     assert "train_acc_running" not in records[0]  # nothing trained yet
     for before, now in zip(records, records[1:]):
@@ -434,7 +434,7 @@ def test_a_single_run_trains_the_weights_of_the_plain_pytorch_loop_bit_for_bit(t
     spec = resolve(
         {}, {"p": 23, "batch_size": 32, "train.steps": 200, "eval_every": 50, "patience": None, "keep_weights": True}
     )
-    train([spec], [tmp_path / "run"], CPU)
+    train(as_cells([spec], [tmp_path / "run"]), CPU)
     last, model = plain.run(spec)
     suite_model = load_model(tmp_path / "run", "final")
     for (name, ours), (_, theirs) in zip(suite_model.state_dict().items(), model.state_dict().items()):
@@ -483,7 +483,7 @@ def test_a_stack_of_mlps_with_a_product_of_one_column_equals_its_separate_runs_b
     # plain gemm round apart on an AMD EPYC (found there as the stack of members differing in lr
     # drifting one float32 unit from its separate runs)
     specs = [resolve({}, {**SMALL, "d": 16, "hidden": 1, "lr": lr}) for lr in (1e-3, 3e-3)]
-    train(specs, [tmp_path / "stack" / str(i) for i in range(2)], CPU)
+    train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(2)]), CPU)
     for i, spec in enumerate(specs):
-        train([spec], [tmp_path / "alone" / str(i)], CPU)
+        train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))

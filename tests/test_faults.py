@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import TINY_FIXED, PreemptAt, metrics_text, run_cli, wait_for_step
+from conftest import TINY_FIXED, PreemptAt, as_cells, metrics_text, run_cli, wait_for_step
 
 from suite import rundir
 from suite.cli import main
@@ -31,7 +31,7 @@ def stopped(tmp_path, seed):
     next step, 31, in tmp_path/seed<seed>."""
     out = tmp_path / f"seed{seed}"
     with pytest.raises(Preempted):
-        train([resolve({}, CELL, seed)], [out], CPU, [PreemptAt(30)])
+        train(as_cells([resolve({}, CELL, seed)], [out], [PreemptAt(30)]), CPU)
     assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == 31
     return out
 
@@ -69,7 +69,7 @@ def test_evaluations_reach_the_disk_before_the_checkpoint_that_continues_them(tm
     monkeypatch.setattr(
         RunDir, "save_checkpoint", lambda self, state: order.append("checkpoint") or real_save(self, state)
     )
-    train([resolve({}, CELL, 0)], [tmp_path / "run"], CPU)
+    train(as_cells([resolve({}, CELL, 0)], [tmp_path / "run"]), CPU)
     first = order.index("checkpoint")
     assert order[first - 1].endswith("metrics.jsonl")  # fsynced just before the first checkpoint was written
 
@@ -78,13 +78,13 @@ def test_stale_temporaries_of_a_killed_writer_are_cleaned_on_resume(tmp_path):
     out = stopped(tmp_path, 0)
     for name in (".checkpoint.pt.k1ll3d.tmp", ".metrics.jsonl.abc123.tmp"):
         (out / name).write_bytes(b"half")
-    (result,) = train([resolve({}, CELL, 0)], [out], CPU)
+    (result,) = train(as_cells([resolve({}, CELL, 0)], [out]), CPU)
     assert result["steps"] == 60 and not list(out.glob(".*.tmp"))
 
 
 def test_a_leaderboard_stopped_mid_write_runs_again_and_cleans_up(tmp_path, monkeypatch):
     runs, out = tmp_path / "runs", tmp_path / "board"
-    train([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"], CPU)
+    train(as_cells([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"]), CPU)
     real, written = rundir.write_atomic, []
 
     def dies_on_the_fourth(path, data):
@@ -107,7 +107,7 @@ def test_a_leaderboard_stopped_mid_write_runs_again_and_cleans_up(tmp_path, monk
 def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
     if command == "export":
-        train([resolve({}, CELL, 0)], [tmp_path / "runs" / "a"], CPU)
+        train(as_cells([resolve({}, CELL, 0)], [tmp_path / "runs" / "a"]), CPU)
     (tmp_path / "g.toml").write_text(TINY_FIXED)
 
     def full(fd):
@@ -202,7 +202,7 @@ def test_a_leaderboard_waits_for_another_writing_into_the_same_folder_and_leaves
     import threading
 
     runs, out = tmp_path / "runs", tmp_path / "board"
-    train([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"], CPU)
+    train(as_cells([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"]), CPU)
     out.mkdir()
     theirs = out / ".index.md.other.tmp"  # the other writer's file, half written
     theirs.write_bytes(b"half")

@@ -6,7 +6,7 @@ import io
 
 import pytest
 import torch
-from conftest import PreemptAt, metrics_text
+from conftest import PreemptAt, as_cells, metrics_text
 
 from suite import SuiteError
 from suite.registry import ALL
@@ -117,10 +117,10 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
             **settings,
         },
     )
-    whole = train([spec], [tmp_path / "whole"], torch.device("cpu"))[0]
+    whole = train(as_cells([spec], [tmp_path / "whole"]), torch.device("cpu"))[0]
     with pytest.raises(Preempted):  # stops (with a checkpoint) right after the update of step 30
-        train([spec], [tmp_path / "cut"], torch.device("cpu"), [PreemptAt(30)])
-    resumed = train([spec], [tmp_path / "cut"], torch.device("cpu"))[0]
+        train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(30)]), torch.device("cpu"))
+    resumed = train(as_cells([spec], [tmp_path / "cut"]), torch.device("cpu"))[0]
     assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")
     for key in ("final_train_loss", "final_val_loss", "memorization_step", "grok_step"):
         assert resumed[key] == whole[key]

@@ -77,7 +77,7 @@ def test_expansion_order_overrides_and_experiments(tmp_path):
     # each cell is exactly what `suite run` would resolve, with the same id and run dir
     assert specs[3] == resolve({"opt": "adamlr"}, {"p": 11, "opt.lr": 0.003, "c": 8}, 0)
     assert grid.cells[3].id == spec_id(specs[3])
-    assert str(grid.cells[3].run_dir("runs")).startswith("runs/modular-mlp-adamlr-random/seed0-")
+    assert str(grid.cells[3].run_dir).startswith("runs/modular-mlp-adamlr-random/seed0-")
 
 
 def test_same_spec_twice_is_one_cell(tmp_path):
@@ -173,7 +173,7 @@ def test_experiment_flag_picks_blocks_and_names_the_closest_on_a_typo(tmp_path, 
     cells = load(grid).cells
     assert main(["grid", str(grid), "--dry-run", "--root", str(root), "--experiment", "filters"]) == 0
     listed = capsys.readouterr().out.split()[::2]
-    assert listed == [str(c.run_dir(root)) for c in cells if c.experiment == "filters"] and len(listed) == 2
+    assert listed == [str(c.under(root).run_dir) for c in cells if c.experiment == "filters"] and len(listed) == 2
     assert (
         main(["status", str(grid), "--root", str(root), "--experiment", "optimizers", "--experiment", "filters"]) == 0
     )
@@ -203,7 +203,7 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     )
     root = tmp_path / "runs"
     cells = load(grid).cells
-    dirs = [RunDir(c.run_dir(root)) for c in cells]
+    dirs = [RunDir(c.under(root).run_dir) for c in cells]
     assert main(["grid", str(grid), "--dry-run", "--root", str(root)]) == 0
     assert capsys.readouterr().out.split() == [str(dirs[0].path), "[opt=adam]", str(dirs[1].path), "[opt=sgd]"]
 
@@ -255,7 +255,7 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
     grid = write(tmp_path, TINY_FIXED + "[axes]\nseed = [0, 1, 2]\n")
     root = tmp_path / "runs"
     cells = load(grid).cells
-    running, interrupted = RunDir(cells[0].run_dir(root)), RunDir(cells[1].run_dir(root))
+    running, interrupted = RunDir(cells[0].under(root).run_dir), RunDir(cells[1].under(root).run_dir)
     interrupted.path.mkdir(parents=True)
     (interrupted / "checkpoint.pt").write_bytes(b"")
     probe = (
@@ -283,10 +283,10 @@ def test_outcome_line_of_a_cell_without_milestones(tmp_path):
     from suite.local import _outcome_line
 
     cell = load(REPO / "suite/grids/probes.toml").cells[0]
-    run_dir = cell.run_dir(tmp_path)
+    run_dir = cell.under(tmp_path).run_dir
     run_dir.mkdir(parents=True)
     (run_dir / "result.json").write_text(json.dumps({"wall_s": 31.25}))
-    line = _outcome_line(1, 2, "done", cell, tmp_path, "cell.log")
+    line = _outcome_line(1, 2, "done", cell.under(tmp_path), "cell.log")
     assert line.endswith("[model=minilm]  31.2 s")
     (run_dir / "result.json").write_text(
         json.dumps(
@@ -298,5 +298,5 @@ def test_outcome_line_of_a_cell_without_milestones(tmp_path):
             }
         )
     )
-    line = _outcome_line(1, 2, "done", cell, tmp_path, "cell.log")
+    line = _outcome_line(1, 2, "done", cell.under(tmp_path), "cell.log")
     assert line.endswith("[model=minilm]  numbers: ordered layer 3  letters: ordered layer none  31.2 s")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import build_one, metrics_text
+from conftest import as_cells, build_one, metrics_text
 from torch import nn
 
 from suite.hessian import hessian_measures
@@ -69,9 +69,9 @@ def test_matches_the_full_hessian_of_a_tiny_network():
 
 def test_every_k_evaluations_without_changing_the_run(tmp_path):
     settings = {"p": 11, "batch_size": 16, "train.steps": 40, "train.eval_every": 10, "model.d": 8, "model.hidden": 16}
-    (plain,) = train([resolve(settings=settings)], [tmp_path / "plain"], torch.device("cpu"))
+    (plain,) = train(as_cells([resolve(settings=settings)], [tmp_path / "plain"]), torch.device("cpu"))
     (measured,) = train(
-        [resolve(settings={**settings, "hessian_every": 2})], [tmp_path / "measured"], torch.device("cpu")
+        as_cells([resolve(settings={**settings, "hessian_every": 2})], [tmp_path / "measured"]), torch.device("cpu")
     )
     records = [json.loads(line) for line in metrics_text(tmp_path / "measured").splitlines()]
     assert [r["step"] for r in records if "hessian_W" in r] == [0, 20, 40]

@@ -106,7 +106,7 @@ def test_a_shipped_grid_runs_by_name_locally_and_for_slurm(installed):
     assert "quick: 20 cells" in local.stderr and len(local.stdout.splitlines()) == 20
     slurm = _suite(installed, "grid", "quick", "--backend", "slurm", "--dry-run")
     assert slurm.returncode == 0, slurm.stderr
-    assert "#SBATCH --array=0-3" in slurm.stdout and "-m suite chunk" in slurm.stdout  # 4 seed groups: 8 + 2 a side
+    assert "#SBATCH --array=0-3" in slurm.stdout and "-m suite chunk" in slurm.stdout  # 4 groups: 8 + 2 a side
 
 
 def test_the_wheel_records_its_version_and_the_commit_it_was_built_from(installed):

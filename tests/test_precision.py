@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PreemptAt, metrics_text, run_cli, stack_of
+from conftest import PreemptAt, as_cells, metrics_text, run_cli, stack_of
 
 from suite.errors import SuiteError
 from suite.leaderboard.collect import collect
@@ -39,7 +39,7 @@ def test_an_fp32_spec_keeps_the_id_it_had_before_precision_existed_and_bf16_gets
 
 def test_bf16_runs_the_products_in_bfloat16_and_keeps_weights_optimizer_state_and_loss_in_float32():
     stack = stack_of([resolve({}, {**SMALL, **MLP, **BF16}, 0)])
-    x, _ = stack.next_batch(0)
+    x, _ = stack.next_batch()
     with autocast("bf16", CPU):
         assert stack.model(x).dtype == torch.bfloat16
     train_step(stack, 0, stack.model)
@@ -51,8 +51,8 @@ def test_bf16_runs_the_products_in_bfloat16_and_keeps_weights_optimizer_state_an
 
 def test_bf16_trains_other_numbers_than_fp32(tmp_path):
     spec = resolve({}, {**SMALL, **MLP}, 0)
-    train([spec], [tmp_path / "fp32"], CPU)
-    train([resolve({}, {**SMALL, **MLP, **BF16}, 0)], [tmp_path / "bf16"], CPU)
+    train(as_cells([spec], [tmp_path / "fp32"]), CPU)
+    train(as_cells([resolve({}, {**SMALL, **MLP, **BF16}, 0)], [tmp_path / "bf16"]), CPU)
     fp32, bf16 = _records(tmp_path / "fp32"), _records(tmp_path / "bf16")
     assert [r["step"] for r in fp32] == [r["step"] for r in bf16]
     assert fp32[-1]["train_loss"] != bf16[-1]["train_loss"]
@@ -65,20 +65,20 @@ def test_bf16_trains_other_numbers_than_fp32(tmp_path):
 )
 def test_each_member_of_a_bf16_stack_equals_its_separate_bf16_run_bit_for_bit(tmp_path, choices, settings):
     specs = [resolve(choices, {**SMALL, **settings, **BF16}, seed) for seed in range(3)]
-    together = train(specs, [tmp_path / "stack" / str(i) for i in range(3)], CPU)
+    together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), CPU)
     assert {r["ensemble_size"] for r in together} == {3}
     for i, spec in enumerate(specs):
-        train([spec], [tmp_path / "alone" / str(i)], CPU)
+        train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _records(tmp_path / "stack" / str(i)) == _records(tmp_path / "alone" / str(i))
 
 
 def test_a_preempted_bf16_run_resumes_to_the_same_numbers(tmp_path):
     spec = resolve({"opt": "adamlr"}, {**SMALL, **MLP, **BF16, "patience": None}, 0)
-    (whole,) = train([spec], [tmp_path / "whole"], CPU)
+    (whole,) = train(as_cells([spec], [tmp_path / "whole"]), CPU)
     with pytest.raises(Preempted):
-        train([spec], [tmp_path / "cut"], CPU, [PreemptAt(30)])
+        train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(30)]), CPU)
     assert (tmp_path / "cut" / "checkpoint.pt").exists()
-    (resumed,) = train([spec], [tmp_path / "cut"], CPU)
+    (resumed,) = train(as_cells([spec], [tmp_path / "cut"]), CPU)
     assert _records(tmp_path / "cut") == _records(tmp_path / "whole")
     assert resumed["final_val_loss"] == whole["final_val_loss"]
 
@@ -114,7 +114,9 @@ def test_a_run_folder_of_a_spec_written_before_precision_existed_is_the_same_run
 
 def test_the_leaderboard_reads_an_older_spec_as_fp32_and_keeps_bf16_a_method_of_its_own(tmp_path):
     for name, settings in (("fp32", {}), ("bf16", BF16), ("older", {})):
-        train([resolve({}, {**SMALL, **MLP, **settings}, 1 if name == "older" else 0)], [tmp_path / name], CPU)
+        train(
+            as_cells([resolve({}, {**SMALL, **MLP, **settings}, 1 if name == "older" else 0)], [tmp_path / name]), CPU
+        )
     result = json.loads((tmp_path / "older" / "result.json").read_text())
     del result["spec"]["train"]["precision"]
     (tmp_path / "older" / "result.json").write_text(json.dumps(result))
@@ -142,7 +144,7 @@ def test_a_board_pairs_each_bf16_method_with_its_fp32_twin_and_a_board_of_one_pr
     for name in grok:
         for seed in (0, 1):
             spec = resolve({"task": "sparse_parity"}, {**settings, "train.precision": name}, seed)
-            (result,) = train([spec], [tmp_path / "runs" / f"{name}{seed}"], CPU)
+            (result,) = train(as_cells([spec], [tmp_path / "runs" / f"{name}{seed}"]), CPU)
             grok[name].append(result["grok_step"])
     assert all(step is not None for steps in grok.values() for step in steps)
     proc = run_cli("leaderboard", tmp_path / "runs", "--out", tmp_path / "board")

@@ -8,6 +8,7 @@ import pytest
 import suite.tasks.polygons as polygons_module
 import torch
 import torchvision
+from conftest import as_cells
 from suite.models import resnet as resnet_module
 from suite.models.mlp import MLP
 from suite.models.resnet import ResNet18
@@ -167,8 +168,7 @@ TINY = {"resolution": RES, "train_frac": 0.004, "n_val": 24, "train.steps": 4, "
 def test_image_models_train_with_every_plain_optimizer_and_sampler(cache, tmp_path, model, opt, sampler):
     settings = dict(TINY, **({} if sampler == "full" else {"batch_size": 16}))
     (result,) = train(
-        [resolve({"task": "polygons", "model": model, "opt": opt, "sampler": sampler}, settings)],
-        [tmp_path],
+        as_cells([resolve({"task": "polygons", "model": model, "opt": opt, "sampler": sampler}, settings)], [tmp_path]),
         torch.device("cpu"),
     )
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

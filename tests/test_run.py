@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, PreemptAt, metrics_text, run_cli
+from conftest import REPO, PreemptAt, as_cells, metrics_text, run_cli
 
-from suite.backends import seed_groups
+from suite.backends import groups
 from suite.grid import load
 from suite.spec import resolve
 from suite.train import Preempted, train
@@ -104,9 +104,9 @@ def test_result_records_the_commit_and_whether_the_checkout_had_uncommitted_chan
     monkeypatch.setenv("GIT_WORK_TREE", str(repo))
     (repo / "untracked.txt").write_text("run outputs and notes do not count")
     spec = resolve({}, tiny)
-    (clean,) = train([spec], [tmp_path / "clean"], torch.device("cpu"))
+    (clean,) = train(as_cells([spec], [tmp_path / "clean"]), torch.device("cpu"))
     (repo / "tracked.py").write_text("a = 2\n")
-    (dirty,) = train([spec], [tmp_path / "dirty"], torch.device("cpu"))
+    (dirty,) = train(as_cells([spec], [tmp_path / "dirty"]), torch.device("cpu"))
     assert clean["git_commit"] == dirty["git_commit"] == git("rev-parse", "HEAD")
     assert clean["git_dirty"] is False and dirty["git_dirty"] is True
     assert clean["threads"] == torch.get_num_threads()
@@ -148,11 +148,11 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
         },
     )
     cpu = torch.device("cpu")
-    whole = train([spec], [tmp_path / "whole"], cpu)[0]
+    whole = train(as_cells([spec], [tmp_path / "whole"]), cpu)[0]
     with pytest.raises(Preempted):
-        train([spec], [tmp_path / "cut"], cpu, [PreemptAt(40)])
+        train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(40)]), cpu)
     assert (tmp_path / "cut/checkpoint.pt").exists() and not (tmp_path / "cut/result.json").exists()
-    resumed = train([spec], [tmp_path / "cut"], cpu)[0]
+    resumed = train(as_cells([spec], [tmp_path / "cut"]), cpu)[0]
     assert metrics_text(tmp_path / "cut") == metrics_text(tmp_path / "whole")
     timing = {"wall_s", "steps_per_s", "created_utc"}
     assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
@@ -261,7 +261,7 @@ def test_readme_main_command_runs_the_quick_grid_then_prints_its_leaderboard(tmp
     assert grid_args[0] == "grid" and board_args[0] == "leaderboard"
     cells = load(REPO / grid_args[1]).cells
     # 2 optimizers x 10 seeds, in stacks of 8 and 2: a verdict needs 5+ seeds a side (leaderboards/README.md)
-    assert len(cells) == 20 and len(seed_groups(cells, 8)) == 4
+    assert len(cells) == 20 and len(groups(cells, 8)) == 4
     assert {c.spec["opt"]["name"] for c in cells} == {"adam", "adamlr"}
     root = grid_args[grid_args.index("--root") + 1]
     assert board_args[1] == root  # the leaderboard reads what the grid wrote

@@ -62,7 +62,8 @@ def grid_ids(board: str) -> set[str]:
     if grid.tuning:
         tuning = parse(grid.tuning, str(grid.path))
         chosen = json.loads((REPO / "leaderboards" / board / "runs/tuning.json").read_text())["chosen"]
-        ids |= {cell.id for cell in tuning_cells(grid, tuning) + final_cells(grid, tuning, chosen)}
+        root = REPO / "leaderboards" / board
+        ids |= {cell.id for cell in tuning_cells(grid, tuning, root) + final_cells(grid, tuning, chosen, root)}
     return ids
 
 

@@ -69,7 +69,7 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == [
         "--job-name=suite-tiny",
-        "--array=0-0%3",  # 4 cells in 2 seed groups of 2: one task of >= 3 cells
+        "--array=0-0%3",  # 4 cells in 2 groups of 2: one task of >= 3 cells
         f"--output={root.resolve()}/grids/tiny/<submission>/logs/%A_%a.out",
         "--open-mode=append",
         "--requeue",
@@ -106,7 +106,7 @@ def test_grid_file_slurm_table_gives_defaults_and_flags_win(tmp_path, capsys):
     assert main(["grid", str(grid), "--backend", "slurm", "--dry-run", "--partition", "gpu"]) == 0
     script = capsys.readouterr().out
     lines = sbatch_lines(script)
-    assert "--partition=gpu" in lines and "--time=30:00" in lines and "--array=0-1%2" in lines  # 2 seed groups
+    assert "--partition=gpu" in lines and "--time=30:00" in lines and "--array=0-1%2" in lines  # 2 groups
     assert "--signal=B:USR1@300" in lines and lines[-1] == "--exclusive"
     assert "\nmodule load cuda/12\n" in script
 
@@ -243,8 +243,8 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     job = proc.stdout.strip().splitlines()[-1]
     assert job.isdigit()
     (workdir,) = (root / "grids/slurmtest").iterdir()
-    dirs = [RunDir(c.run_dir(root)) for c in cells]
-    chunks = json.loads((workdir / "manifest.json").read_text())["chunks"]  # task i: its seed groups' cells
+    dirs = [RunDir(c.under(root).run_dir) for c in cells]
+    chunks = json.loads((workdir / "manifest.json").read_text())["chunks"]  # task i: its groups' cells
     tasks = {i: [dirs[c] for group in chunk for c in group] for i, chunk in enumerate(chunks)}
     assert [len(pair) for pair in tasks.values()] == [2, 2]
     try:
@@ -294,14 +294,14 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
         assert "restart 1" in logs[i], logs[i]
         assert int(re.search(r"resuming .* from step (\d+)", logs[i]).group(1)) > 0, logs[i]
     assert "requeueing" in logs[1]  # task 1 requeued itself
-    assert all("running 2 seeds as one ensemble" in text for text in logs)
+    assert all("running 2 cells as one group" in text for text in logs)
 
     # Every cell on its own, locally: the same numbers, bit for bit (one thread per process in both)
     local_root = tmp_path / "local-runs"
     local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root, "--ensemble", "1")
     assert local.returncode == 0, local.stderr
     for cell, rd in zip(cells, dirs):
-        here = RunDir(cell.run_dir(local_root))
+        here = RunDir(cell.under(local_root).run_dir)
         assert metrics_text(rd.path) == metrics_text(here.path)
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
         timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size", "created_utc"}  # not what

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import as_cells
 
 from suite import SuiteError
 from suite.measures import LOSSES
@@ -65,5 +66,5 @@ def test_a_short_run_trains_with_it(tmp_path):
             "model.hidden": 16,
         }
     )
-    result = train([spec], [tmp_path / "run"], torch.device("cpu"))[0]
+    result = train(as_cells([spec], [tmp_path / "run"]), torch.device("cpu"))[0]
     assert math.isfinite(result["final_train_loss"]) and result["final_train_loss"] < math.log(11)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import PreemptAt, metrics_text
+from conftest import PreemptAt, as_cells, metrics_text
 from suite.models.transformer import Transformer
 from suite.tasks.modular import modular
 
@@ -105,7 +105,8 @@ def test_every_optimizer_and_sampler_trains_the_transformer(tmp_path, opt, sampl
     if opt == "adamlr_adaptive":
         settings["every"] = 3
     (result,) = train(
-        [resolve({"model": "transformer", "opt": opt, "sampler": sampler}, settings)], [tmp_path], torch.device("cpu")
+        as_cells([resolve({"model": "transformer", "opt": opt, "sampler": sampler}, settings)], [tmp_path]),
+        torch.device("cpu"),
     )
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert result["steps"] == 12 and [r["step"] for r in records] == [0, 4, 8, 12]
@@ -163,8 +164,8 @@ def test_interrupted_transformer_run_resumes_to_the_same_numbers(tmp_path):
         ),
     )
     cpu = torch.device("cpu")
-    train([spec], [tmp_path / "whole"], cpu)[0]
+    train(as_cells([spec], [tmp_path / "whole"]), cpu)[0]
     with pytest.raises(Preempted):
-        train([spec], [tmp_path / "cut"], cpu, [PreemptAt(16)])
-    train([spec], [tmp_path / "cut"], cpu)[0]
+        train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(16)]), cpu)
+    train(as_cells([spec], [tmp_path / "cut"]), cpu)[0]
     assert metrics_text(tmp_path / "cut") == metrics_text(tmp_path / "whole")

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import REPO, TINY_FIXED, run_cli, wait_for_step
 
+from suite.cell import Cell
 from suite.cli import main
 from suite.grid import load
 from suite.spec import canonical, cell_id, spec_id
@@ -106,7 +107,7 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
     proc = run_cli("grid", grid, "--root", tmp_path / "runs", env=env)  # --wandb defaults to WANDB_MODE
     assert proc.returncode == 0, proc.stderr
     cell = load(grid).cells[0]
-    run = offline_run(tmp_path, kept_id(cell.run_dir(tmp_path / "runs")))
+    run = offline_run(tmp_path, kept_id(cell.under(tmp_path / "runs").run_dir))
     # the group is the cell without its seed: W&B averages one method's seeds, never two methods
     assert run["run"].run_group == cell_id(cell.spec) and run["run"].job_type == "adamlr+none+random"
     assert run["run"].project == "suite-test"
@@ -120,12 +121,12 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
         "experiment": "wbgrid",
     }
     metrics = [
-        json.loads(line) for line in (cell.run_dir(tmp_path / "runs") / "metrics.jsonl").read_text().splitlines()
+        json.loads(line) for line in (cell.under(tmp_path / "runs").run_dir / "metrics.jsonl").read_text().splitlines()
     ]
     history = [{k: v for k, v in h.items() if not k.startswith("_")} for h in run["history"]]
     assert [h["val_acc"] for h in history] == [m["val_acc"] for m in metrics]
     assert [h["_step"] for h in run["history"]] == [m["step"] for m in metrics] == [0, 10, 20, 30, 40]
-    result = json.loads((cell.run_dir(tmp_path / "runs") / "result.json").read_text())
+    result = json.loads((cell.under(tmp_path / "runs").run_dir / "result.json").read_text())
     for key in ("memorization_step", "grok_step", "delay", "final_val_acc", "steps", "best_val_acc"):
         assert run["summary"][key] == result[key]
     grokked = result["grok_step"] is not None
@@ -153,9 +154,9 @@ def test_modes(monkeypatch, tmp_path):
     assert default_mode() == "online"
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert default_mode() == "offline"
-    assert make_tracker("off", {}, tmp_path) is None
+    assert make_tracker("off", Cell({}, tmp_path)) is None
     with pytest.raises(Exception, match="--wandb takes off, offline, online"):
-        make_tracker("sometimes", {}, tmp_path)
+        make_tracker("sometimes", Cell({}, tmp_path))
 
 
 def test_a_run_dir_keeps_its_id_and_a_fresh_one_gets_a_new_one(tmp_path):

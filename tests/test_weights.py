@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, as_cells
 from safetensors.torch import load_file, save_file
 
 from suite import SuiteError
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # members equal their separa
 
 
 def test_a_run_keeps_its_weights_at_each_milestone_and_the_loaded_model_is_the_run(tmp_path):
-    (result,) = train([resolve(CHOICES, CELL)], [tmp_path], torch.device("cpu"))
+    (result,) = train(as_cells([resolve(CHOICES, CELL)], [tmp_path]), torch.device("cpu"))
     assert result["grok_step"] is not None, result
     assert step_of(tmp_path, "memorization") == result["memorization_step"]
     assert step_of(tmp_path, "grok") == result["grok_step"]
@@ -51,8 +51,8 @@ def test_a_run_keeps_its_weights_at_each_milestone_and_the_loaded_model_is_the_r
 
 def test_an_ensemble_member_keeps_the_weights_of_its_separate_run(tmp_path):
     specs = [resolve(CHOICES, CELL, seed) for seed in (0, 1)]
-    together = train(specs, [tmp_path / "e0", tmp_path / "e1"], torch.device("cpu"))
-    alone = train([specs[1]], [tmp_path / "alone"], torch.device("cpu"))[0]
+    together = train(as_cells(specs, [tmp_path / "e0", tmp_path / "e1"]), torch.device("cpu"))
+    alone = train(as_cells([specs[1]], [tmp_path / "alone"]), torch.device("cpu"))[0]
     assert together[1]["grok_step"] == alone["grok_step"]
     for moment in ("memorization", "grok", "final"):
         a, b = load_file(str(path_of(tmp_path / "e1", moment))), load_file(str(path_of(tmp_path / "alone", moment)))
@@ -60,7 +60,10 @@ def test_an_ensemble_member_keeps_the_weights_of_its_separate_run(tmp_path):
 
 
 def test_loading_what_was_not_kept_is_one_line(tmp_path):
-    train([resolve(CHOICES, {**CELL, "keep_weights": False, "train.steps": 50})], [tmp_path], torch.device("cpu"))
+    train(
+        as_cells([resolve(CHOICES, {**CELL, "keep_weights": False, "train.steps": 50})], [tmp_path]),
+        torch.device("cpu"),
+    )
     with pytest.raises(SuiteError, match="no final weights \\(the run kept no weights"):
         load_model(tmp_path)
     with pytest.raises(SuiteError, match="moment 'best' is not one of"):
@@ -68,7 +71,7 @@ def test_loading_what_was_not_kept_is_one_line(tmp_path):
 
 
 def test_readme_analysis_runs_on_a_kept_run(tmp_path):
-    train([resolve(CHOICES, CELL)], [tmp_path / "runs/w"], torch.device("cpu"))
+    train(as_cells([resolve(CHOICES, CELL)], [tmp_path / "runs/w"]), torch.device("cpu"))
     code = (REPO / "README.md").read_text().split("<!-- example weights -->")[1].split("```python")[1].split("```")[0]
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -105,7 +108,10 @@ DAMAGE = {  # what -> the file the line names
 
 
 def test_a_damaged_weights_file_or_a_changed_spec_is_one_line_naming_the_file(tmp_path):
-    train([resolve(CHOICES, {**CELL, "train.steps": 50, "eval_every": 25})], [tmp_path / "run"], torch.device("cpu"))
+    train(
+        as_cells([resolve(CHOICES, {**CELL, "train.steps": 50, "eval_every": 25})], [tmp_path / "run"]),
+        torch.device("cpu"),
+    )
     kept = {p: p.read_bytes() for p in [tmp_path / "run" / "spec.json", path_of(tmp_path / "run", "final")]}
     for what, named in DAMAGE.items():
         for path, data in kept.items():  # the run as it was

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import suite.tasks.zipf_text as zipf_module
 import torch
+from conftest import as_cells
 from suite.tasks.zipf_text import SHAKESPEARE_INSTALL, zipf_text
 
 from suite import SuiteError
@@ -98,8 +99,9 @@ def test_run_reports_accuracy_and_embedding_norms_per_bucket(tmp_path, model):
     settings = {"n_examples": 2000, "vocab": 300, "batch_size": 64, "train.steps": 6, "eval_every": 3}
     small = {"d_model": 16, "d_mlp": 32} if model == "transformer" else {"d": 16, "hidden": 32}
     train(
-        [resolve({"task": "zipf_text", "model": model, "sampler": "frequency"}, {**settings, **small})],
-        [tmp_path],
+        as_cells(
+            [resolve({"task": "zipf_text", "model": model, "sampler": "frequency"}, {**settings, **small})], [tmp_path]
+        ),
         torch.device("cpu"),
     )
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -209,7 +209,8 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
     Built through the registry as the loop builds it. With compile_model, the first step's time
     (compiling forward and backward) is reported as compile_s and left out of the median.
     """
-    from suite.member import Member, optimizer_and_filter
+    from suite.member import Member
+    from suite.updates import optimizer_and_filter
 
     torch.set_flush_denormal(True)  # as the loop does
     member = Member.build(spec, device)
@@ -256,11 +257,12 @@ def train_runs(specs: list[dict], device: torch.device, root: Path) -> tuple[flo
     """The bench's one call of the training loop: the specs (seeds of one cell: one ensemble
     where that is exact) into fresh run dirs under root. Returns the wall seconds of the call
     (build, loop, writes: what a user waits for) and the results."""
+    from suite.cell import Cell
     from suite.train import train
 
-    run_dirs = [root / f"{spec_id(spec)}-seed{spec['seed']}" for spec in specs]
+    cells = [Cell(spec, root / f"{spec_id(spec)}-seed{spec['seed']}") for spec in specs]
     t0 = time.monotonic()
-    results = train(specs, run_dirs, device)
+    results = train(cells, device)
     return time.monotonic() - t0, results
 
 

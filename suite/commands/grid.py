@@ -23,13 +23,14 @@ def add(sub) -> None:
 def add_backend_flags(p) -> None:
     """How cells run: grid's flags, which `tune` shares."""
     p.add_argument("--backend", choices=("local", "slurm"), default="local")
-    p.add_argument("--workers", type=int, default=1, help="local: processes at once, one seed group each (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="local: processes at once, one group each (default 1)")
     p.add_argument(
         "--ensemble",
         type=int,
         default=8,
         metavar="K",
-        help="at most K cells that differ only in their seed train as one ensemble (default 8: on 2 CPU "
+        help="at most K cells in a group, trained as one stack (cells that differ only in their seed and "
+        "their task's, optimizer's and filter's settings; default 8: on 2 CPU "
         "cores K = 8 gave the most runs per hour, see `suite bench`; on a GPU try 32; "
         "1: every cell on its own)",
     )
@@ -65,7 +66,7 @@ def add_backend_flags(p) -> None:
 def run(args) -> int:
     from suite import grid
 
-    g = grid.load(args.grid_file).only(args.experiment)
+    g = grid.load(args.grid_file, args.root).only(args.experiment)
     if g.tuning is not None:
         raise SuiteError(f"{g.path} has a [tuning] table: run it with `python -m suite tune {args.grid_file}`")
     check_flags(args)
@@ -74,6 +75,7 @@ def run(args) -> int:
 
 
 def check_flags(args) -> None:
+    """The flags grid and tune share, checked once, before anything is planned or written."""
     from suite.tracking import check_mode
 
     for flag, value in (("--ensemble", args.ensemble), ("--workers", args.workers)):  # Slurm's: SlurmOptions
@@ -90,13 +92,13 @@ def run_grid(args, g, root) -> int:
         return _slurm(args, g, root)
     if not args.dry_run:
         local.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
-    summary, todo = _plan(g, root)
+    summary, todo = _plan(g)
     print(summary, file=sys.stderr)
     if not todo:
         return 0
     if args.dry_run:
         for cell in todo:
-            print(f"{cell.run_dir(root)}  [{cell.label}]")
+            print(f"{cell.run_dir}  [{cell.label}]")
         return 0
     return local.run_local(
         g,
@@ -110,11 +112,11 @@ def run_grid(args, g, root) -> int:
     )
 
 
-def _plan(g, root) -> tuple[str, list]:
+def _plan(g) -> tuple[str, list]:
     """How many cells are done, running and to run (a line), and the cells to run."""
     from suite import backends
 
-    status = backends.statuses(g.cells, root)
+    status = backends.statuses(g.cells)
     todo = [c for c, s in zip(g.cells, status) if s in backends.TO_RUN]
     return (
         f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
@@ -141,7 +143,7 @@ def _slurm(args, g, root) -> int:
         sbatch=args.sbatch,
     )
     sbatch = None if args.dry_run else find_sbatch()
-    summary, todo = _plan(g, root)
+    summary, todo = _plan(g)
     if args.dry_run or not todo:
         print(summary, file=sys.stderr)
     if not todo:

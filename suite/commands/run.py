@@ -47,28 +47,21 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite.backends import run_pending
+    from suite.backends import execute
+    from suite.cell import Cell
     from suite.results import summary
     from suite.rundir import RunDir, read_json
     from suite.spec import default_run_dir, spec_id
-    from suite.tracking import make_tracker
     from suite.train import Preempted, resolve_device
 
     specs = resolve_specs(args)
     device = resolve_device(args.device)
-    run_dirs = [Path(args.out)] if args.out else [default_run_dir(spec, args.root) for spec in specs]
-    for spec, run_dir in zip(specs, run_dirs):
-        if (run_dir / "spec.json").exists() and spec_id(read_json(run_dir / "spec.json")) != spec_id(spec):
-            raise SuiteError(f"{run_dir} holds a different spec; choose another --out")
+    cells = [Cell(spec, Path(args.out) if args.out else default_run_dir(spec, args.root)) for spec in specs]
+    for cell in cells:
+        if (cell.run_dir / "spec.json").exists() and spec_id(read_json(cell.run_dir / "spec.json")) != cell.id:
+            raise SuiteError(f"{cell.run_dir} holds a different spec; choose another --out")
     try:
-        results = run_pending(
-            specs,
-            run_dirs,
-            [str(d) for d in run_dirs],
-            device,
-            args.compile,
-            lambda i: make_tracker(args.wandb, specs[i], run_dirs[i]),
-        )
+        results = execute(cells, device, compile=args.compile, wandb=args.wandb)
     except Preempted as stop:
         if stop.signal == "SIGINT":
             print(
@@ -81,8 +74,8 @@ def run(args) -> int:
         line = summary(result, "" if len(specs) == 1 else f"seed {result['spec']['seed']}: ")
         if line:
             print(line, file=sys.stderr)
-    for run_dir in run_dirs:
-        print(RunDir(run_dir) / "result.json")
+    for cell in cells:
+        print(RunDir(cell.run_dir) / "result.json")
     return 0
 
 

@@ -20,7 +20,7 @@ def add(sub) -> None:
 def run(args) -> int:
     from suite import grid
 
-    g = grid.load(args.grid_file).only(args.experiment)
+    g = grid.load(args.grid_file, args.root).only(args.experiment)
     if g.tuning is not None:
         raise SuiteError(
             f"{g.path} is tuned ([tuning]): its runs are the tuning and final runs, which "
@@ -40,7 +40,7 @@ def status_lines(cells: list, root: str | Path, show_done: bool = False) -> list
 
     lines, counts = [], dict.fromkeys(STATUSES, 0)
     for cell in cells:
-        rd = RunDir(cell.run_dir(root))
+        rd = RunDir(cell.run_dir)
         status = rd.status()
         counts[status] += 1
         if status == "done" and not show_done:

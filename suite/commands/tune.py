@@ -30,7 +30,8 @@ def run(args) -> int:
     from suite.tuning import check_cells, choose, final_cells, parse, tuning_cells
     from suite.tuning_record import record_of, write_record
 
-    whole = grid.load(args.grid_file)
+    root = Path(args.root)
+    whole = grid.load(args.grid_file, root)
     if whole.tuning is None:
         raise SuiteError(f"{whole.path} has no [tuning] table: run it with `python -m suite grid {args.grid_file}`")
     tuning = parse(whole.tuning, str(whole.path))
@@ -39,9 +40,8 @@ def run(args) -> int:
     check_cells(whole, tuning)  # every experiment: tuned together or one at a time, they share tuning.json
     g = whole.only(args.experiment)
     grid_command.check_flags(args)
-    root = Path(args.root)
     record_of(root / "final")  # a damaged tuning.json stops the command here, before anything runs
-    first = grid.Grid(f"{g.name}-tuning", g.path, tuning_cells(g, tuning), g.slurm)
+    first = grid.Grid(f"{g.name}-tuning", g.path, tuning_cells(g, tuning, root / "tuning"), g.slurm)
     grid.check_builds(first.cells)
     code = grid_command.run_grid(args, first, root / "tuning")
     if code:
@@ -50,7 +50,7 @@ def run(args) -> int:
     if chosen is None:
         print("the final runs are chosen once every tuning run is done: run this command again then", file=sys.stderr)
         return 0
-    final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen), g.slurm)
+    final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen, root / "final"), g.slurm)
     if not args.dry_run:
         (root / "final").mkdir(parents=True, exist_ok=True)
         write_record(root / "final" / "tuning.json", g, tuning, chosen)
