@@ -13,8 +13,9 @@ import pytest
 
 from suite.cli import main
 from suite.leaderboard import generate
+from suite.leaderboard.baseline import is_plain, pick_baseline
 from suite.leaderboard.collect import CellLabels, MethodLabels
-from suite.leaderboard.stats import is_plain, outcome, performance_profile, pick_baseline, summarise
+from suite.leaderboard.stats import outcome, performance_profile, summarise
 from suite.milestones import Milestones
 
 REPO = Path(__file__).resolve().parents[1]

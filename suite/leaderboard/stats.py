@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from suite.leaderboard.collect import ABSENT, Collection
+from suite.leaderboard.baseline import is_plain, pick_baseline
+from suite.leaderboard.collect import Collection
 from suite.leaderboard.compare import median_time, permutation_p, ratio, speedup_interval, verdict
-from suite.leaderboard.studies import BASELINE_LOSS, BASELINE_OPTS, BASELINE_SAMPLERS
 from suite.milestones import Milestones
 
 TAU_MAX = 4.0  # AlgoPerf's
@@ -101,27 +101,6 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
         **dict(zip(("best_val_median", "best_val_min", "best_val_max"), _stats(best_val))),
         **dict(zip(("final_val_median", "final_val_min", "final_val_max"), _stats(final_val))),
     }
-
-
-def is_plain(m: dict) -> bool:
-    return (
-        m["opt.name"] in BASELINE_OPTS
-        and m["filter.name"] == "none"
-        and m["sampler.name"] in BASELINE_SAMPLERS
-        and m.get("train.loss", BASELINE_LOSS) == BASELINE_LOSS
-    )
-
-
-def pick_baseline(row_method: dict, candidates: list[dict]) -> dict | None:
-    """candidates: summary rows (with 'settings', 'time_to_target', 'seeds', 'method') of plain methods."""
-    if not candidates:
-        return None
-
-    def rank(c):
-        agree = sum(c["settings"].get(k, ABSENT) == v for k, v in row_method.items())
-        return (-agree, c["time_to_target"], -c["seeds"], c["method"])
-
-    return min(candidates, key=rank)
 
 
 def against_baseline(row: dict, base: dict | None) -> dict:
