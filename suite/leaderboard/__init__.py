@@ -25,13 +25,13 @@ Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
   (AlgoPerf's median over studies), so it is inf when at least half the seeds failed.
 - baseline of a row: a plain Adam / AdamW row of its cell, the rule in baseline.py.
   speed-up = baseline's time to target / row's, with a bootstrap interval, an exact
-  permutation p-value and a verdict (compare.py).
+  permutation p-value and a verdict (speedup.py).
 - performance profile: in every cell and batch size where at least two methods ran and one
   reached the target, ratio r = a method's time to target / the best (inf for a failure);
   rho(tau) = share of the cells a method ran in with r <= tau; score = area under rho over
   [1, tau_max] / (tau_max - 1), so 1 = best everywhere it ran, 0 = never within tau_max.
 
-Layout: collect.py reads the runs, stats.py computes the numbers (compare.py the intervals and
+Layout: collect.py reads the runs, stats.py computes the numbers (speedup.py the intervals and
 p-values), tables.py writes text,
 plots.py draws, pages.py makes the training runs' pages, and sections.py is the registry
 through which a study adds its own figures and pages without touching any of those: every
@@ -204,8 +204,8 @@ DEFINITIONS = f"""\
   over the seeds (paired by seed when both rows ran the same seeds). **p**: exact two-sided
   permutation test on ranks (signed ranks when paired). **verdict**: `faster` / `slower` when
   the interval lies above / below 1 and both rows have 5 seeds or more, else `not resolved
-  (n = k)`. The **baseline** (`#k`) is, among the cell's plain rows ({' or '.join(baseline.OPTIMIZERS)}, no filter,
-  sampler {' / '.join(baseline.SAMPLERS)}, loss {baseline.LOSS}), the one that agrees with the row on the most method
+  (n = k)`. The **baseline** (`#k`) is, among the cell's plain rows ({" or ".join(baseline.OPTIMIZERS)}, no filter,
+  sampler {" / ".join(baseline.SAMPLERS)}, loss {baseline.LOSS}), the one that agrees with the row on the most method
   settings; ties go to the faster baseline, then more seeds, then the label. A plain row is its
   own baseline.
 - **wall s**: median wall-clock seconds of the whole run (to its stop, not to the target),

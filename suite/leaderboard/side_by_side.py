@@ -2,7 +2,7 @@
 two methods within one root, or one method in two cells of one root. Per pair, each side's time
 to target (the median held grok step, a failed seed counting as infinity) with its bootstrap
 interval, the speed-up of B over A (A's median / B's) with its interval and exact p-value, and a
-verdict: the rules of suite/leaderboard/compare.py.
+verdict: the rules of suite/leaderboard/speedup.py.
 
 Two roots: a cell's method on one side meets the same method (the same settings) on the other.
 One root with `--a` / `--b` filters on method settings (opt.name=adam): every method the A filter
@@ -24,7 +24,7 @@ import pandas as pd
 
 from suite.errors import SuiteError
 from suite.leaderboard.collect import collect, settings_key
-from suite.leaderboard.compare import (
+from suite.leaderboard.speedup import (
     EQUIVALENCE_LEVEL,
     EQUIVALENCE_MARGIN,
     equivalence,

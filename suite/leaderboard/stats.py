@@ -1,5 +1,5 @@
-"""Numbers: per (cell, method) summaries over seeds, baselines and speed-ups with their intervals,
-the performance profile."""
+"""Numbers: per (cell, method) summaries over seeds, each row's speed-up over its baseline
+(baseline.py picks it, speedup.py judges it), the performance profile."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 from suite.leaderboard.baseline import is_plain, pick_baseline
 from suite.leaderboard.collect import Collection
-from suite.leaderboard.compare import median_time, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.speedup import median_time, permutation_p, ratio, speedup_interval, verdict
 from suite.milestones import Milestones
 
 TAU_MAX = 4.0  # AlgoPerf's
@@ -105,7 +105,7 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
 
 def against_baseline(row: dict, base: dict | None) -> dict:
     """The row's speed-up over its baseline, with its interval, p-value and verdict
-    (suite/leaderboard/compare.py). Paired by seed when both rows ran the same seeds."""
+    (suite/leaderboard/speedup.py). Paired by seed when both rows ran the same seeds."""
     none = {
         "speedup": math.nan,
         "speedup_ci_low": math.nan,

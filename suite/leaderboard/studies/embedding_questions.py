@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from suite.leaderboard.collect import settings_key
-from suite.leaderboard.compare import LEVEL, RESAMPLES
 from suite.leaderboard.plots import _curves, figure, style, to_png
 from suite.leaderboard.sections import Cell, Page, section
+from suite.leaderboard.speedup import LEVEL, RESAMPLES
 from suite.leaderboard.tables import md_table
 
 FREQUENCY_GROUPS = ("rare", "middle", "frequent")  # tasks/zipf_text.py's val_groups
@@ -127,7 +127,7 @@ def log_log_slope(x, y) -> float:
 
 def slope_interval(x, samples: list) -> tuple[float, float]:
     """95% percentile-bootstrap interval of log_log_slope(x, the medians of samples): each level's
-    values (its seeds) resampled on their own and the slope refitted, with compare.py's resample
+    values (its seeds) resampled on their own and the slope refitted, with speedup.py's resample
     count and seed, so the table is the same on every machine. nan with fewer than two levels."""
     if len(set(x)) < 2:
         return math.nan, math.nan
