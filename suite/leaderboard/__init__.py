@@ -31,9 +31,10 @@ Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
   rho(tau) = share of the cells a method ran in with r <= tau; score = area under rho over
   [1, tau_max] / (tau_max - 1), so 1 = best everywhere it ran, 0 = never within tau_max.
 
-Layout: collect.py reads the runs, stats.py computes the numbers (speedup.py the intervals and
-p-values), tables.py writes text,
-plots.py draws, pages.py makes the training runs' pages, and sections.py is the registry
+Layout: collect.py reads the runs, stats.py computes the numbers (baseline.py picks each row's
+baseline, speedup.py the intervals, p-values and verdicts), tables.py writes text, plots.py
+draws, pages.py makes the training runs' pages, compare.py sets two sets of runs side by side
+(`suite compare`, no board written), and sections.py is the registry
 through which a study adds its own figures and pages without touching any of those: every
 module of suite/leaderboard/studies/ is imported before a leaderboard is made, so a new study
 is one module there, for instance suite/leaderboard/studies/my_study.py:
