@@ -487,8 +487,7 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
 
 def test_each_split_shows_its_operand_probabilities_in_train_and_test():
     """The paper's Fig. 8 beside the sampling table, rebuilt from the runs' task settings."""
-    from suite.leaderboard.plots import plot_split_tokens
-    from suite.leaderboard.studies.grokking import split_tokens
+    from suite.leaderboard.studies.grokking import plot_split_tokens, split_tokens
     from suite.spec import resolve
 
     def cell(split, **extra):
@@ -646,10 +645,10 @@ def test_the_profile_races_methods_only_at_the_same_batch_size():
 
 
 def test_curves_end_where_each_run_stopped():
-    from suite.leaderboard.plots import _curves
+    from suite.leaderboard.plots import curves
 
     stopped, ran_on = curve([0.1, 0.5, 0.99]), curve([0.1, 0.4, 0.6, 0.7, 0.8])
-    steps, values, median = _curves([stopped, ran_on], "val_acc")
+    steps, values, median = curves([stopped, ran_on], "val_acc")
     assert list(steps) == [50, 100, 150, 200]
     assert list(values[0][:2]) == [0.5, 0.99]
     assert math.isnan(values[0][2]) and math.isnan(values[0][3])  # not carried past its stop

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from suite.leaderboard.collect import settings_key
-from suite.leaderboard.plots import _curves, figure, style, to_png
+from suite.leaderboard.plots import curves, figure, style, to_png
 from suite.leaderboard.sections import Cell, Page, section
 from suite.leaderboard.speedup import LEVEL, RESAMPLES
 from suite.leaderboard.tables import md_table
@@ -48,7 +48,7 @@ def draw_band(ax, frames: list, column: str, i: int, label: str | None = None, l
     step as a band, each ending where its runs stopped. Only the records that hold the column
     count: hessian_E is measured every hessian_every evaluations, not in between."""
     frames = [f[["step", column]].dropna() for f in frames if f is not None and column in f]
-    c = _curves(frames, column)
+    c = curves(frames, column)
     if c is None or not len(c[0]):
         return
     steps, values, median = c
