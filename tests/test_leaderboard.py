@@ -456,9 +456,9 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
         json.dumps({"spec": {"task": {"name": "toy"}, "model": {"name": "m"}, "seed": 0}, "runner": "toy", "score": 7})
     )
 
-    @sections.section("cell")
-    def seeds(cell):
-        return [("seeds", "seeds", f"{cell.rows['seeds'].sum()} seeds of {cell.title}".encode())]
+    @sections.section("table")
+    def seeds(table):
+        return [("seeds", "seeds", f"{table.rows['seeds'].sum()} seeds of {table.title}".encode())]
 
     @sections.section("page")
     def extra(page):
@@ -482,7 +482,7 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
     index = (out / "index.md").read_text()
     assert "from 3 result files" in index and "Toy results: [toy.md](toy.md)." in index
     with pytest.raises(ValueError):
-        sections.section("cell", runner="toy")  # cells are training runs'
+        sections.section("table", runner="toy")  # tables are training runs'
 
 
 def test_each_split_shows_its_operand_probabilities_in_train_and_test():

@@ -40,12 +40,12 @@ module of suite/leaderboard/studies/ is imported before a leaderboard is made, s
 is one module there, for instance suite/leaderboard/studies/my_study.py:
 
     from suite.leaderboard.plots import figure, to_png
-    from suite.leaderboard.sections import Cell, section
+    from suite.leaderboard.sections import Table, section
 
-    @section("cell")  # a figure under every cell's table; "page" and "board" also exist
-    def wall_time(cell: Cell) -> list:
+    @section("table")  # a figure under every cell's table; "page" and "board" also exist
+    def wall_time(table: Table) -> list:
         fig = figure(figsize=(6, 4))
-        fig.subplots().bar(cell.rows["method"], cell.rows["wall_s_median"])
+        fig.subplots().bar(table.rows["method"], table.rows["wall_s_median"])
         return [("wall time", "wall_time", to_png(fig))]  # -> <page>/<cell>.wall_time.png
 
 What is specific to the studies this suite was built for (the c sweep and sampling figures, the

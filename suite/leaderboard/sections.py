@@ -4,7 +4,7 @@ is made, so a module there that registers a section is all a new study needs.
 
 Three places a section can go:
 
-- "cell": fn(cell: Cell) -> [(alt text, file suffix, PNG bytes or None)]. Figures under each
+- "table": fn(table: Table) -> [(alt text, file suffix, PNG bytes or None)]. Figures under each
   cell's table on the task/model pages, after the accuracy and embedding-norm plots, written
   to <page>/<cell>.<suffix>.png (None: nothing to show for this cell).
 - "page": fn(page: Page) -> [(heading, label, file suffix, PNG bytes, markdown)]. Sections at the
@@ -14,7 +14,7 @@ Three places a section can go:
   runner (board.results), written with board.files.add(rel, data); called only when the runs
   hold such results.
 
-"cell" and "page" sections read training runs (runner "train"); a "board" names the runner
+"table" and "page" sections read training runs (runner "train"); a "board" names the runner
 whose results it reads (suite.results.runner_of). Sections run in the order registered.
 """
 
@@ -30,7 +30,7 @@ import pandas as pd
 from suite.leaderboard.collect import Collection
 from suite.results import TRAIN
 
-PLACES = ("cell", "page", "board")
+PLACES = ("table", "page", "board")
 
 
 class Files(dict):
@@ -45,11 +45,20 @@ class Files(dict):
 
 
 @dataclass(frozen=True)
-class Cell:
+class Table:
+    """One cell's table on its task/model page, what a "table" section draws under it."""
+
     col: Collection
     rows: pd.DataFrame  # the cell's rows of stats.cell_tables (one per method), in table order
     runs: pd.DataFrame  # the cell's rows of col.runs (one per run)
     title: str
+
+    def series(self) -> list[tuple[str, list]]:
+        """(method label, metric frames of its seeds) per row, in table order."""
+        return [
+            (r.method, [self.col.metrics.get(d) for d in self.runs.loc[self.runs["method_id"] == r.method_id, "dir"]])
+            for r in self.rows.itertuples()
+        ]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pandas as pd
 from suite.errors import SuiteError
 from suite.leaderboard.collect import settings_key
 from suite.leaderboard.plots import figure, style, to_png
-from suite.leaderboard.sections import Cell, Page, section
+from suite.leaderboard.sections import Page, Table, section
 from suite.leaderboard.tables import fmt_value
 
 SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as the sampling plots list them
@@ -23,11 +23,11 @@ SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as t
 CURRENT_SPLITS = "hold"
 
 
-@section("cell")
-def c_sweep(cell: Cell) -> list:
+@section("table")
+def c_sweep(table: Table) -> list:
     """Rows that differ only in the optimizer's c, two values or more: one line each, labelled by the rest."""
     families: dict = {}
-    for r in cell.rows.itertuples():
+    for r in table.rows.itertuples():
         if "opt.c" in r.settings and isinstance(r.settings["opt.c"], (int, float)):
             rest = settings_key({k: v for k, v in r.settings.items() if k != "opt.c"})
             families.setdefault(rest, []).append(r)
@@ -38,12 +38,12 @@ def c_sweep(cell: Cell) -> list:
         df = pd.DataFrame(
             [{"c": m.settings["opt.c"], "times": m.times, "time_to_target": m.time_to_target} for m in members]
         ).sort_values("c")
-        label = cell.col.method_label(members[0].settings, drop=("opt.c",))
-        base = cell.rows.loc[cell.rows["method"] == members[0].baseline, "time_to_target"]
+        label = table.col.method_label(members[0].settings, drop=("opt.c",))
+        base = table.rows.loc[table.rows["method"] == members[0].baseline, "time_to_target"]
         lines.append((label, df, float(base.iloc[0]) if len(base) else math.nan))
     if not lines:
         return []
-    png = plot_c_sweep(cell.title, sorted(lines, key=lambda line: line[0]), int(cell.rows["budget"].iloc[0]))
+    png = plot_c_sweep(table.title, sorted(lines, key=lambda line: line[0]), int(table.rows["budget"].iloc[0]))
     return [("c sweep", "c_sweep", png)]
 
 
