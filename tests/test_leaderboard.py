@@ -444,9 +444,9 @@ def test_an_unreadable_result_file_is_skipped_with_one_warning(tmp_path, capsys)
 
 
 def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkeypatch):
-    from suite.leaderboard import sections
+    from suite.leaderboard import studies
 
-    monkeypatch.setattr(sections, "SECTIONS", list(sections.SECTIONS))  # this test's sections go with it
+    monkeypatch.setattr(studies, "SECTIONS", list(studies.SECTIONS))  # this test's sections go with it
     root = tmp_path / "runs"
     for seed in (0, 1):
         write_train_run(root, seed)
@@ -456,15 +456,15 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
         json.dumps({"spec": {"task": {"name": "toy"}, "model": {"name": "m"}, "seed": 0}, "runner": "toy", "score": 7})
     )
 
-    @sections.section("table")
+    @studies.section("table")
     def seeds(table):
         return [("seeds", "seeds", f"{table.rows['seeds'].sum()} seeds of {table.title}".encode())]
 
-    @sections.section("page")
+    @studies.section("page")
     def extra(page):
         return [("Extra: everything", "everything", "extra", f"{len(page.rows)} rows".encode(), "| a | table |\n")]
 
-    @sections.section("board", runner="toy")
+    @studies.section("board", runner="toy")
     def toy_page(board):
         board.files.add("toy.md", f"{len(board.results)} result, score {board.results[0]['result']['score']}\n")
         return ["Toy results: [toy.md](toy.md).\n"]
@@ -482,7 +482,7 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
     index = (out / "index.md").read_text()
     assert "from 3 result files" in index and "Toy results: [toy.md](toy.md)." in index
     with pytest.raises(ValueError):
-        sections.section("table", runner="toy")  # tables are training runs'
+        studies.section("table", runner="toy")  # tables are training runs'
 
 
 def test_each_split_shows_its_operand_probabilities_in_train_and_test():

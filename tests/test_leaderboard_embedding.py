@@ -12,8 +12,8 @@ import pytest
 
 from suite.leaderboard import generate
 from suite.leaderboard.collect import collect
-from suite.leaderboard.sections import Page, Table
 from suite.leaderboard.stats import cell_tables
+from suite.leaderboard.studies import Page, Table
 from suite.leaderboard.studies import embedding_questions as study
 
 STEPS, EVERY = 1000, 100

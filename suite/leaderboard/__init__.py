@@ -34,13 +34,13 @@ Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
 Layout: collect.py reads the runs, stats.py computes the numbers (baseline.py picks each row's
 baseline, speedup.py the intervals, p-values and verdicts), tables.py writes text, plots.py
 draws, pages.py makes the training runs' pages, compare.py sets two sets of runs side by side
-(`suite compare`, no board written), and sections.py is the registry
-through which a study adds its own figures and pages without touching any of those: every
-module of suite/leaderboard/studies/ is imported before a leaderboard is made, so a new study
-is one module there, for instance suite/leaderboard/studies/my_study.py:
+(`suite compare`, no board written). studies/ holds what is particular to each study, added
+through the registry in studies/__init__.py without touching any of those: every module of
+suite/leaderboard/studies/ is imported before a leaderboard is made, so a new study is one
+module there, for instance suite/leaderboard/studies/my_study.py:
 
     from suite.leaderboard.plots import figure, to_png
-    from suite.leaderboard.sections import Table, section
+    from suite.leaderboard.studies import Table, section
 
     @section("table")  # a figure under every cell's table; "page" and "board" also exist
     def wall_time(table: Table) -> list:
@@ -65,8 +65,8 @@ from suite.errors import SuiteError
 from suite.leaderboard import baseline
 from suite.leaderboard.collect import Collection, collect
 from suite.leaderboard.pages import terminal_summary, training_pages
-from suite.leaderboard.sections import Board, Files, registered
 from suite.leaderboard.stats import TAU_MAX
+from suite.leaderboard.studies import Board, Files, registered
 from suite.leaderboard.tables import commits_text
 from suite.results import TRAIN
 from suite.rundir import check_writable, write_atomic

@@ -12,8 +12,8 @@ import pandas as pd
 
 from suite.leaderboard.collect import ABSENT, Collection
 from suite.leaderboard.plots import plot_accuracy, plot_emb_norms, plot_profile
-from suite.leaderboard.sections import Files, Page, Table, registered
 from suite.leaderboard.stats import cell_tables, performance_profile
+from suite.leaderboard.studies import Files, Page, Table, registered
 from suite.leaderboard.tables import (
     accuracy_text,
     commits_text,

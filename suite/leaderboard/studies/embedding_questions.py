@@ -24,8 +24,8 @@ import pandas as pd
 
 from suite.leaderboard.collect import settings_key
 from suite.leaderboard.plots import curves, figure, style, to_png
-from suite.leaderboard.sections import Page, Table, section
 from suite.leaderboard.speedup import LEVEL, RESAMPLES
+from suite.leaderboard.studies import Page, Table, section
 from suite.leaderboard.tables import md_table
 
 FREQUENCY_GROUPS = ("rare", "middle", "frequent")  # tasks/zipf_text.py's val_groups

@@ -13,7 +13,7 @@ import pandas as pd
 from suite.errors import SuiteError
 from suite.leaderboard.collect import settings_key
 from suite.leaderboard.plots import figure, style, to_png
-from suite.leaderboard.sections import Page, Table, section
+from suite.leaderboard.studies import Page, Table, section
 from suite.leaderboard.tables import fmt_value
 
 SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as the sampling plots list them

@@ -9,7 +9,7 @@ import pandas as pd
 
 from suite.leaderboard.collect import frozen
 from suite.leaderboard.plots import figure, style, to_png
-from suite.leaderboard.sections import Board, section
+from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import commits_text, fmt_value, md_table, settings_text, slug, write_csv
 
 PROBE_SHOWN = ("pca_ev", "pls_r2", "rho", "beta")  # the paper's columns, in the probes' summary
