@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from suite.leaderboard.compare import equivalence, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.speedup import equivalence, permutation_p, ratio, speedup_interval, verdict
 from suite.leaderboard.tables import interval_text
 
 INF = math.inf

@@ -124,7 +124,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, extr
 def test_an_out_that_cannot_be_written_is_one_line_before_any_run_is_read(tmp_path, capsys, monkeypatch):
     write_run(tmp_path / "r", 0)
     (tmp_path / "file").write_text("in the way")
-    monkeypatch.setattr("suite.leaderboard.side_by_side.collect", lambda root: pytest.fail("read the runs first"))
+    monkeypatch.setattr("suite.leaderboard.compare.collect", lambda root: pytest.fail("read the runs first"))
     assert main(["compare", str(tmp_path / "r"), "--a", "opt.name=adam", "--out", str(tmp_path / "file" / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot write to" in err[0] and (tmp_path / "file").read_text() == "in the way"

@@ -13,8 +13,9 @@ import pytest
 
 from suite.cli import main
 from suite.leaderboard import generate
+from suite.leaderboard.baseline import is_plain, pick_baseline
 from suite.leaderboard.collect import CellLabels, MethodLabels
-from suite.leaderboard.stats import is_plain, outcome, performance_profile, pick_baseline, summarise
+from suite.leaderboard.stats import outcome, performance_profile, summarise
 from suite.milestones import Milestones
 
 REPO = Path(__file__).resolve().parents[1]
@@ -443,9 +444,9 @@ def test_an_unreadable_result_file_is_skipped_with_one_warning(tmp_path, capsys)
 
 
 def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkeypatch):
-    from suite.leaderboard import sections
+    from suite.leaderboard import studies
 
-    monkeypatch.setattr(sections, "SECTIONS", list(sections.SECTIONS))  # this test's sections go with it
+    monkeypatch.setattr(studies, "SECTIONS", list(studies.SECTIONS))  # this test's sections go with it
     root = tmp_path / "runs"
     for seed in (0, 1):
         write_train_run(root, seed)
@@ -455,15 +456,15 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
         json.dumps({"spec": {"task": {"name": "toy"}, "model": {"name": "m"}, "seed": 0}, "runner": "toy", "score": 7})
     )
 
-    @sections.section("cell")
-    def seeds(cell):
-        return [("seeds", "seeds", f"{cell.rows['seeds'].sum()} seeds of {cell.title}".encode())]
+    @studies.section("table")
+    def seeds(table):
+        return [("seeds", "seeds", f"{table.rows['seeds'].sum()} seeds of {table.title}".encode())]
 
-    @sections.section("page")
+    @studies.section("page")
     def extra(page):
         return [("Extra: everything", "everything", "extra", f"{len(page.rows)} rows".encode(), "| a | table |\n")]
 
-    @sections.section("board", runner="toy")
+    @studies.section("board", runner="toy")
     def toy_page(board):
         board.files.add("toy.md", f"{len(board.results)} result, score {board.results[0]['result']['score']}\n")
         return ["Toy results: [toy.md](toy.md).\n"]
@@ -481,13 +482,12 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
     index = (out / "index.md").read_text()
     assert "from 3 result files" in index and "Toy results: [toy.md](toy.md)." in index
     with pytest.raises(ValueError):
-        sections.section("cell", runner="toy")  # cells are training runs'
+        studies.section("table", runner="toy")  # tables are training runs'
 
 
 def test_each_split_shows_its_operand_probabilities_in_train_and_test():
     """The paper's Fig. 8 beside the sampling table, rebuilt from the runs' task settings."""
-    from suite.leaderboard.plots import plot_split_tokens
-    from suite.leaderboard.studies.grokking import split_tokens
+    from suite.leaderboard.studies.grokking import plot_split_tokens, split_tokens
     from suite.spec import resolve
 
     def cell(split, **extra):
@@ -645,10 +645,10 @@ def test_the_profile_races_methods_only_at_the_same_batch_size():
 
 
 def test_curves_end_where_each_run_stopped():
-    from suite.leaderboard.plots import _curves
+    from suite.leaderboard.plots import curves
 
     stopped, ran_on = curve([0.1, 0.5, 0.99]), curve([0.1, 0.4, 0.6, 0.7, 0.8])
-    steps, values, median = _curves([stopped, ran_on], "val_acc")
+    steps, values, median = curves([stopped, ran_on], "val_acc")
     assert list(steps) == [50, 100, 150, 200]
     assert list(values[0][:2]) == [0.5, 0.99]
     assert math.isnan(values[0][2]) and math.isnan(values[0][3])  # not carried past its stop

@@ -12,8 +12,8 @@ import pytest
 
 from suite.leaderboard import generate
 from suite.leaderboard.collect import collect
-from suite.leaderboard.sections import Cell, Page
 from suite.leaderboard.stats import cell_tables
+from suite.leaderboard.studies import Page, Table
 from suite.leaderboard.studies import embedding_questions as study
 
 STEPS, EVERY = 1000, 100
@@ -71,10 +71,10 @@ def write_run(
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def one_cell(root: Path) -> Cell:
+def one_table(root: Path) -> Table:
     col = collect(root)
     rows = cell_tables(col).sort_values("row")
-    return Cell(col, rows, col.runs, "test cell")
+    return Table(col, rows, col.runs, "test cell")
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_hessian_figure_is_written_only_where_the_runs_measured_it(tmp_path):
 def test_hessian_draws_the_median_and_band_over_seeds_of_the_measured_steps(tmp_path, figures):
     for seed in (0, 1, 2):
         write_run(tmp_path, seed, extra=hessian_every_other)
-    fig = study.hessian_eigenvalues(one_cell(tmp_path))[0][2]
+    fig = study.hessian_eigenvalues(one_table(tmp_path))[0][2]
     acc, curvature = fig.axes[:2]
     assert curvature.get_yscale() == "log"
     hessian_e = curvature.lines[0]
@@ -138,7 +138,7 @@ def test_val_by_frequency_is_written_only_where_the_runs_recorded_the_groups(tmp
 def test_val_by_frequency_has_a_panel_per_group_and_the_rare_vs_frequent_norms(tmp_path, figures):
     for seed in (0, 1, 2):
         write_run(tmp_path, seed, extra=frequency_groups)
-    fig = study.val_by_frequency(one_cell(tmp_path))[0][2]
+    fig = study.val_by_frequency(one_table(tmp_path))[0][2]
     rare, middle, frequent, norms = fig.axes[:4]
     assert "rare" in rare.get_title() and "frequent" in frequent.get_title()
     np.testing.assert_allclose(rare.lines[0].get_ydata(), [s / 2000 + 0.01 for s in range(EVERY, STEPS + 1, EVERY)])

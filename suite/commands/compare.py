@@ -1,5 +1,5 @@
 """`python -m suite compare A [B]`: two result roots, or two methods of one root, side by side with
-intervals and verdicts (suite/leaderboard/side_by_side.py)."""
+intervals and verdicts (suite/leaderboard/compare.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite.leaderboard.side_by_side import Side, compare, parse_where, to_markdown
+    from suite.leaderboard.compare import Side, compare, parse_where, to_markdown
     from suite.rundir import check_writable, writable_dir, write_atomic
 
     if args.out:

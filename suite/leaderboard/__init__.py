@@ -23,34 +23,33 @@ Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
 - success: the grok step (the target held for train.hold steps) was reached within the budget.
 - time to target: the median grok step over seeds, a seed that failed counting as infinity
   (AlgoPerf's median over studies), so it is inf when at least half the seeds failed.
-- baseline of a row: among the cell's plain rows (optimizer adam or adamw, no filter, sampler
-  random, epoch or full, loss ce), the one that agrees with the row on the most method
-  settings; ties go to the faster baseline (smaller time to target), then to more seeds, then
-  to the label. A plain row is its own baseline. speed-up = baseline's time to target / row's,
-  with a bootstrap interval, an exact permutation p-value and a verdict (compare.py).
+- baseline of a row: a plain Adam / AdamW row of its cell, the rule in baseline.py.
+  speed-up = baseline's time to target / row's, with a bootstrap interval, an exact
+  permutation p-value and a verdict (speedup.py).
 - performance profile: in every cell and batch size where at least two methods ran and one
   reached the target, ratio r = a method's time to target / the best (inf for a failure);
   rho(tau) = share of the cells a method ran in with r <= tau; score = area under rho over
   [1, tau_max] / (tau_max - 1), so 1 = best everywhere it ran, 0 = never within tau_max.
 
-Layout: collect.py reads the runs, stats.py computes the numbers (compare.py the intervals and
-p-values), tables.py writes text,
-plots.py draws, pages.py makes the training runs' pages, and sections.py is the registry
-through which a study adds its own figures and pages without touching any of those: every
-module of suite/leaderboard/studies/ is imported before a leaderboard is made, so a new study
-is one module there, for instance suite/leaderboard/studies/my_study.py:
+Layout: collect.py reads the runs, stats.py computes the numbers (baseline.py picks each row's
+baseline, speedup.py the intervals, p-values and verdicts), tables.py writes text, plots.py
+draws, pages.py makes the training runs' pages, compare.py sets two sets of runs side by side
+(`suite compare`, no board written). studies/ holds what is particular to each study, added
+through the registry in studies/__init__.py without touching any of those: every module of
+suite/leaderboard/studies/ is imported before a leaderboard is made, so a new study is one
+module there, for instance suite/leaderboard/studies/my_study.py:
 
     from suite.leaderboard.plots import figure, to_png
-    from suite.leaderboard.sections import Cell, section
+    from suite.leaderboard.studies import Table, section
 
-    @section("cell")  # a figure under every cell's table; "page" and "board" also exist
-    def wall_time(cell: Cell) -> list:
+    @section("table")  # a figure under every cell's table; "page" and "board" also exist
+    def wall_time(table: Table) -> list:
         fig = figure(figsize=(6, 4))
-        fig.subplots().bar(cell.rows["method"], cell.rows["wall_s_median"])
+        fig.subplots().bar(table.rows["method"], table.rows["wall_s_median"])
         return [("wall time", "wall_time", to_png(fig))]  # -> <page>/<cell>.wall_time.png
 
-What is specific to the studies this suite was built for (which rows are plain baselines, the
-c sweep and sampling figures, the number probes' page) lives in that package.
+What is specific to the studies this suite was built for (the c sweep and sampling figures, the
+number probes' page) lives in that package; which rows are the plain baselines, in baseline.py.
 """
 
 from __future__ import annotations
@@ -63,10 +62,11 @@ import sys
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.leaderboard import baseline
 from suite.leaderboard.collect import Collection, collect
 from suite.leaderboard.pages import terminal_summary, training_pages
-from suite.leaderboard.sections import Board, Files, registered
 from suite.leaderboard.stats import TAU_MAX
+from suite.leaderboard.studies import Board, Files, registered
 from suite.leaderboard.tables import commits_text
 from suite.results import TRAIN
 from suite.rundir import check_writable, write_atomic
@@ -174,8 +174,8 @@ def _write_listed(out: Path, files: Files) -> None:
     write_atomic(listing, "".join(f"{rel}\n" for rel in sorted(files)))
 
 
-# what index.md says of the tables; the baseline rule in words is suite.leaderboard.studies' BASELINE_*
-DEFINITIONS = """\
+# what index.md says of the tables; the plain rows are printed from baseline.py's rule itself
+DEFINITIONS = f"""\
 ## How to read the tables
 
 - **cell**: a task with all its settings x a model with all its settings x the targets. Each
@@ -205,8 +205,8 @@ DEFINITIONS = """\
   over the seeds (paired by seed when both rows ran the same seeds). **p**: exact two-sided
   permutation test on ranks (signed ranks when paired). **verdict**: `faster` / `slower` when
   the interval lies above / below 1 and both rows have 5 seeds or more, else `not resolved
-  (n = k)`. The **baseline** (`#k`) is, among the cell's plain rows (adam or adamw, no filter,
-  sampler random / epoch / full, loss ce), the one that agrees with the row on the most method
+  (n = k)`. The **baseline** (`#k`) is, among the cell's plain rows ({" or ".join(baseline.OPTIMIZERS)}, no filter,
+  sampler {" / ".join(baseline.SAMPLERS)}, loss {baseline.LOSS}), the one that agrees with the row on the most method
   settings; ties go to the faster baseline, then more seeds, then the label. A plain row is its
   own baseline.
 - **wall s**: median wall-clock seconds of the whole run (to its stop, not to the target),

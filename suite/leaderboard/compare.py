@@ -1,145 +1,233 @@
-"""Is one method faster than another? Times to target over seeds, a speed-up, its interval and a p-value.
+"""Two sets of runs side by side (`suite compare`): two result roots (two commits, two machines),
+two methods within one root, or one method in two cells of one root. Per pair, each side's time
+to target (the median held grok step, a failed seed counting as infinity) with its bootstrap
+interval, the speed-up of B over A (A's median / B's) with its interval and exact p-value, and a
+verdict: the rules of suite/leaderboard/speedup.py.
 
-A seed's time to target is its held grok step, or infinity when it did not grok within the
-budget. A row's time to target is the median over its seeds (AlgoPerf's rule), and the speed-up
-of a row against its baseline is baseline's median / the row's. Both rows' seeds are few, and a
-failed seed is infinite, so the uncertainty comes from resampling the seeds, not from a formula:
-
-- interval: a percentile bootstrap (95%, 10,000 resamples of the seeds, numpy's PCG64 seeded with
-  0, so a table is the same on every machine). Paired when both rows ran the same seeds of one
-  cell (same task settings, so seed i trained on the same data in both): the resample draws seed
-  indices and takes both rows' times of each; otherwise each row is resampled on its own.
-  Resamples where neither row reached the target count as a speed-up of 1 (a tie).
-- p-value: an exact permutation test, two-sided, on ranks (so infinite times need no special
-  value): paired, the Wilcoxon signed-rank statistic of log(baseline / row) over the sign flips
-  of the pairs (seeds where both failed are ties and drop out); unpaired, the Mann-Whitney rank
-  sum over every relabelling of the pooled seeds. The null distributions are counted exactly
-  (the number of subsets of ranks with each sum), not sampled. With 3 seeds against 3 the
-  smallest possible p is 0.10; with 5 pairs, 0.0625: a claim on so few seeds cannot be
-  significant, which is what the verdict then says.
-- verdict: "faster" when the interval's low end is above 1, "slower" when its high end is below
-  1, else "not resolved (n = k)"; and "not resolved" whatever the interval with fewer than 5
-  seeds in either row (the project's rule, leaderboards/README.md "How verdicts are judged": a
-  bootstrap over 3 seeds that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
-- equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
-  (EQUIVALENCE_MARGIN, for every board), "equivalent within m" when the 90% bootstrap interval of
-  the speed-up lies inside [1 / (1 + m), 1 + m] (two one-sided tests at 5% each, as an interval)
-  and both rows have 5 seeds or more; else "not shown equivalent (n = k)". An interval that merely
-  contains 1 is absence of evidence, and says nothing of equivalence.
+Two roots: a cell's method on one side meets the same method (the same settings) on the other.
+One root with `--a` / `--b` filters on method settings (opt.name=adam): every method the A filter
+keeps meets every method the B filter keeps, in each cell. Filters on a cell's settings
+(model.embed_init=0.03, task.skew=3) compare across cells: a method in a cell A keeps meets the
+same method in each cell B keeps that differs only in the filtered settings. A side's runs are
+judged within the smaller of the two budgets. Seeds are paired when both sides ran the same seeds
+on the same data: the same task settings (a seed draws the split from them), so two cells that
+differ in a model setting pair, two that differ in the task's do not.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import numpy as np
-from scipy.stats import rankdata
+import pandas as pd
 
-RESAMPLES = 10_000
-LEVEL = 0.95
-MIN_SEEDS = 5
-EQUIVALENCE_MARGIN = 0.10  # declared in leaderboards/README.md before the runs it first judged
-EQUIVALENCE_LEVEL = 0.90  # two one-sided tests at 5%
-
-
-def median_time(times) -> float:
-    return float(np.median(np.asarray(times, dtype=float)))
-
-
-def ratio(baseline: np.ndarray | float, row: np.ndarray | float):
-    """baseline / row for times that may be infinite: both infinite is a tie (1), a row at 0 is
-    infinitely faster unless the baseline is at 0 too."""
-    b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(np.isinf(b) & np.isinf(r), 1.0, b / np.where(r == 0, 1.0, r))
-    out = np.where(r == 0, np.where(b == 0, 1.0, math.inf), out)
-    return float(out) if out.ndim == 0 else out
+from suite.errors import SuiteError
+from suite.leaderboard.collect import collect, settings_key
+from suite.leaderboard.speedup import (
+    EQUIVALENCE_LEVEL,
+    EQUIVALENCE_MARGIN,
+    equivalence,
+    median_interval,
+    median_time,
+    permutation_p,
+    ratio,
+    speedup_interval,
+    verdict,
+)
+from suite.leaderboard.stats import outcome
+from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 
 
-def speedup_interval(
-    baseline: list[float], row: list[float], paired: bool, level: float = LEVEL
-) -> tuple[float, float]:
-    """The bootstrap interval of median(baseline) / median(row); paired: the lists are aligned by seed."""
-    rng = np.random.default_rng(0)
-    b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
-    if paired:
-        idx = rng.integers(0, len(b), (RESAMPLES, len(b)))
-        b_med, r_med = np.median(b[idx], axis=1), np.median(r[idx], axis=1)
-    else:
-        b_med = np.median(b[rng.integers(0, len(b), (RESAMPLES, len(b)))], axis=1)
-        r_med = np.median(r[rng.integers(0, len(r), (RESAMPLES, len(r)))], axis=1)
-    tail = (1 - level) / 2
-    lo, hi = np.quantile(ratio(b_med, r_med), [tail, 1 - tail], method="inverted_cdf")
-    return float(lo), float(hi)
+@dataclass
+class Side:
+    root: Path
+    where: dict = field(default_factory=dict)  # setting ("opt.name", "task.op") -> value: runs kept
 
 
-def median_interval(times: list[float]) -> tuple[float, float]:
-    """The bootstrap interval of the median time over the seeds (as speedup_interval's)."""
-    t = np.asarray(times, dtype=float)
-    medians = np.median(t[np.random.default_rng(0).integers(0, len(t), (RESAMPLES, len(t)))], axis=1)
-    tail = (1 - LEVEL) / 2
-    lo, hi = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
-    return float(lo), float(hi)
+def parse_where(items: list[str], flag: str) -> dict:
+    """KEY=VALUE filters; a value is read as a number or a bool when it is one."""
+    where = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise SuiteError(f"{flag} takes KIND.KEY=VALUE (e.g. opt.name=adamlr, task.op=mul), got {item!r}")
+        if key in where:  # a side keeps runs with one value per setting: the second would replace the first
+            raise SuiteError(f"{flag} names {key} twice ({where[key]}, {value}); compare one value per side")
+        where[key] = value
+    return where
 
 
-def permutation_p(baseline: list[float], row: list[float], paired: bool) -> float:
-    """Exact two-sided p-value of 'the row and its baseline take the same time' (see the module)."""
-    b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
-    if paired:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            d = np.where(b == r, 0.0, np.log(b) - np.log(r))  # inf - inf is a tie, not nan
-        d = d[d != 0]
-        if not len(d):
-            return 1.0
-        ranks = _doubled(rankdata(np.abs(d)))
-        observed = ranks[d > 0].sum()
-        counts = _subset_sums(ranks, size=None)
-    else:
-        ranks = _doubled(rankdata(np.concatenate([b, r])))
-        observed = ranks[len(b) :].sum()
-        counts = _subset_sums(ranks, size=len(r))
-    sums = np.arange(len(counts))
-    centre = (counts * sums).sum() / counts.sum()
-    extreme = np.abs(sums - centre) >= abs(observed - centre) - 1e-9
-    return float(counts[extreme].sum() / counts.sum())
+def _matches(settings: dict, where: dict) -> bool:
+    for key, text in where.items():
+        value = settings.get(key)
+        if isinstance(value, bool) or value is None:
+            if str(value).lower() != text.lower():
+                return False
+        elif isinstance(value, int | float):
+            try:
+                if float(text) != float(value):
+                    return False
+            except ValueError:
+                return False
+        elif str(value) != text:
+            return False
+    return True
 
 
-def _doubled(ranks: np.ndarray) -> np.ndarray:
-    """Ranks (mid-ranks for ties, so halves) times two: integers, to count sums exactly."""
-    return np.rint(2 * ranks).astype(int)
+def _groups(side: Side) -> dict:
+    """(cell key, method key) -> {"cell", "method", "labels", "runs"} of the side's kept runs."""
+    col = collect(side.root)
+    known = {k for c in col.cells.values() for k in c} | {k for m in col.methods.values() for k in m}
+    for key in side.where:
+        if key not in known:
+            raise SuiteError(f"{side.root}: no run has a setting '{key}' (known: {', '.join(sorted(known))})")
+    groups = {}
+    for run in col.runs.itertuples():
+        cell, method = col.cells[run.cell_id], col.methods[run.method_id]
+        if not _matches(cell | method, side.where):
+            continue
+        group = groups.setdefault(
+            (settings_key(cell), settings_key(method)),
+            {"cell": cell, "method": method, "labels": (col.cell_label(cell), col.method_label(method)), "runs": []},
+        )
+        group["runs"].append((run.seed, run.budget, col.metrics.get(run.dir), col.result_of[run.dir]))
+    return groups
 
 
-def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
-    """counts[s] = how many subsets of values (of `size` elements; of any size for None) sum to s.
-    Float counts are exact up to 2^53 (about 50 seeds a row)."""
-    total = int(values.sum())
-    if size is None:
-        counts = np.zeros(total + 1)
-        counts[0] = 1
-        for v in values:
-            counts[v:] = counts[v:] + counts[: len(counts) - v].copy()
-        return counts
-    table = np.zeros((size + 1, total + 1))
-    table[0, 0] = 1
-    for v in values:
-        table[1:, v:] = table[1:, v:] + table[:-1, : total + 1 - v].copy()
-    return table[size]
+def _times(group: dict, budget: int) -> tuple[list, list]:
+    runs = sorted(group["runs"], key=lambda r: r[0])
+    return [r[0] for r in runs], [outcome(m, result, group["cell"], budget)["time"] for _, _, m, result in runs]
 
 
-def verdict(low: float, high: float, n: int) -> str:
-    """n: the seeds of the smaller of the two rows."""
-    if n >= MIN_SEEDS and low > 1:
-        return "faster"
-    if n >= MIN_SEEDS and high < 1:
-        return "slower"
-    return f"not resolved (n = {n})"
+def compare(a: Side, b: Side) -> pd.DataFrame:
+    """One row per pair of groups that meet (see the module)."""
+    groups_a, groups_b = _groups(a), _groups(b)
+    same_root = Path(a.root).resolve() == Path(b.root).resolve()
+    # cell settings the two filters set apart (one named on both sides alike only narrows both)
+    cell_keys = {k for g in [*groups_a.values(), *groups_b.values()] for k in g["cell"]}
+    across = {k for k in a.where.keys() | b.where.keys() if k in cell_keys and a.where.get(k) != b.where.get(k)}
+    rows = []
+    for (cell_key, method_key), ga in groups_a.items():
+        for (cell_key_b, method_key_b), gb in groups_b.items():
+            if across:
+                meet = (
+                    method_key_b == method_key
+                    and cell_key_b != cell_key
+                    and _outside(ga["cell"], across) == _outside(gb["cell"], across)
+                )
+            else:
+                meet = cell_key_b == cell_key and (method_key_b != method_key) != (not same_root)
+            if meet:
+                rows.append(_row(ga, gb, across))
+    if not rows:
+        raise SuiteError(
+            "no cell where both sides ran"
+            + (" (one root: give --a and --b filters that keep different methods or cells)" if same_root else "")
+        )
+    order = ["task", "model", "cell", "method_a", "method_b"]
+    return pd.DataFrame(rows).sort_values(order, kind="stable", ignore_index=True)
 
 
-def equivalence(
-    baseline: list[float], row: list[float], paired: bool, margin: float = EQUIVALENCE_MARGIN
-) -> tuple[float, float, str]:
-    """The speed-up's EQUIVALENCE_LEVEL interval and the equivalence verdict (see the module)."""
-    low, high = speedup_interval(baseline, row, paired, EQUIVALENCE_LEVEL)
-    n = min(len(baseline), len(row))
-    inside = n >= MIN_SEEDS and 1 / (1 + margin) <= low and high <= 1 + margin
-    return low, high, f"equivalent within {margin:.0%}" if inside else f"not shown equivalent (n = {n})"
+def _outside(settings: dict, keys: set) -> dict:
+    return {k: v for k, v in settings.items() if k not in keys}
+
+
+def _task_settings(cell: dict) -> dict:
+    """What a seed draws its data from: equal task settings, equal data seed for seed."""
+    return {k: v for k, v in cell.items() if k.startswith("task.")}
+
+
+def _row(ga: dict, gb: dict, across: set) -> dict:
+    budget = min(r[1] for r in ga["runs"] + gb["runs"])
+    seeds_a, times_a = _times(ga, budget)
+    seeds_b, times_b = _times(gb, budget)
+    paired = seeds_a == seeds_b and _task_settings(ga["cell"]) == _task_settings(gb["cell"])
+    low, high = speedup_interval(times_a, times_b, paired)
+    eq_low, eq_high, equivalent = equivalence(times_a, times_b, paired)
+    a_low, a_high = median_interval(times_a)
+    b_low, b_high = median_interval(times_b)
+    neither = math.isinf(median_time(times_a)) and math.isinf(median_time(times_b))
+    cell_label = ga["labels"][0]
+    return {
+        "task": ga["cell"]["task.name"],
+        "model": ga["cell"]["model.name"],
+        "cell": cell_label,
+        "method_a": _label(ga, across),
+        "method_b": _label(gb, across),
+        "budget": budget,
+        "seeds_a": len(times_a),
+        "seeds_b": len(times_b),
+        "paired": paired,
+        "time_a": median_time(times_a),
+        "time_a_low": a_low,
+        "time_a_high": a_high,
+        "time_b": median_time(times_b),
+        "time_b_low": b_low,
+        "time_b_high": b_high,
+        "speedup": math.nan if neither else ratio(median_time(times_a), median_time(times_b)),
+        "speedup_ci_low": low,
+        "speedup_ci_high": high,
+        "p_value": permutation_p(times_a, times_b, paired),
+        "verdict": verdict(low, high, min(len(times_a), len(times_b))),
+        "eq_ci_low": eq_low,
+        "eq_ci_high": eq_high,
+        "equivalence": equivalent,
+    }
+
+
+def _label(group: dict, across: set) -> str:
+    """The method, and for a comparison across cells the side's values of the filtered settings."""
+    cell = group["cell"]
+    return group["labels"][1] + "".join(f" {k}={cell[k]}" for k in sorted(across) if k in cell)
+
+
+def command(a: Side, b: Side) -> str:
+    """The command that makes this comparison (the page's header records it, to regenerate it)."""
+    roots = f"{a.root}" + (f" {b.root}" if Path(b.root) != Path(a.root) else "")
+    filters = [f"--{flag} {k}={v}" for flag, s in (("a", a), ("b", b)) for k, v in s.where.items()]
+    return " ".join(["python -m suite compare", roots, *filters])
+
+
+def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
+    def side(s: Side) -> str:
+        return f"`{s.root}`" + "".join(f" {k}={v}" for k, v in s.where.items())
+
+    def time(r, which):
+        low, high = steps_text(r[f"time_{which}_low"]), steps_text(r[f"time_{which}_high"])
+        return f"{steps_text(r[f'time_{which}'])} [{low}, {high}]"
+
+    rows = [
+        [
+            f"{r['task']}/{r['model']} {r['cell']}".strip(),
+            r["method_a"],
+            r["method_b"],
+            f"{r['seeds_a']}/{r['seeds_b']}" + (" paired" if r["paired"] else ""),
+            time(r, "a"),
+            time(r, "b"),
+            interval_text(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"], "x"),
+            f"{r['p_value']:.3g}",
+            r["verdict"],
+            f"{r['equivalence']} [{bound_text(r['eq_ci_low'], 'x')}, {bound_text(r['eq_ci_high'], 'x')}]",
+        ]
+        for r in table.to_dict("records")
+    ]
+    m = EQUIVALENCE_MARGIN
+    header = ["cell", "A", "B", "seeds", "A: time to target [95% CI]", "B: time to target [95% CI]"]
+    return "\n".join(
+        [
+            f"# B against A\n\n`{command(a, b)}`\n",
+            f"A: {side(a)}; B: {side(b)}. Time to target: the median held grok step over the seeds (a failed seed "
+            "is inf), with a bootstrap interval. Speed-up: A's median / B's, so above 1 means B is faster, paired "
+            "by seed when both sides ran the same seeds on the same data (the same task settings); the verdict "
+            "says `faster` (B faster) or `slower` only when the interval lies off 1 with 5 seeds or more a side. "
+            f"Equivalence: `equivalent within {m:.0%}` when the {EQUIVALENCE_LEVEL:.0%} interval of the speed-up lies "
+            f"inside [1/{1 + m:g}, {1 + m:g}] (the margin declared before the runs, leaderboards/README.md), else `not "
+            "shown equivalent`.\n",
+            md_table(
+                header + ["speed-up of B [95% CI]", "p", "verdict", f"equivalence [{EQUIVALENCE_LEVEL:.0%} CI]"],
+                rows,
+                right={3, 4, 5, 6, 7},
+            ),
+        ]
+    )

@@ -1,5 +1,5 @@
 """The training runs' pages: one per task and model (per cell: its table, its accuracy and
-embedding-norm plots, the registered "cell" sections; then the "page" sections), the
+embedding-norm plots, the registered "table" sections; then the "page" sections), the
 performance profile across cells, and what the command prints of them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 
 from suite.leaderboard.collect import ABSENT, Collection
 from suite.leaderboard.plots import plot_accuracy, plot_emb_norms, plot_profile
-from suite.leaderboard.sections import Cell, Files, Page, registered
 from suite.leaderboard.stats import cell_tables, performance_profile
+from suite.leaderboard.studies import Files, Page, Table, registered
 from suite.leaderboard.tables import (
     accuracy_text,
     commits_text,
@@ -146,8 +146,8 @@ def _pair_page(files: Files, col: Collection, task: str, model: str, rows: pd.Da
             )
         )
         csv_rows += [_csv_row(r, label) for r in cell_rows.itertuples()]
-        cell = Cell(col, cell_rows, cell_runs, label or f"{task} / {model}")
-        images = _cell_plots(files, cell, f"{name}/{slug(label, taken)}")
+        table = Table(col, cell_rows, cell_runs, label or f"{task} / {model}")
+        images = _table_plots(files, table, f"{name}/{slug(label, taken)}")
         lines.append("\n".join(f"![{alt}]({path})" for alt, path in images) + "\n" if images else "")
     for s in registered("page"):
         for heading, label, suffix, png, text in s.fn(Page(col, rows)):
@@ -212,18 +212,15 @@ def _csv_row(r, cell_label: str) -> dict:
     return columns | {"cell": cell_label, "method_settings": json.dumps(settings, sort_keys=True)}
 
 
-def _cell_plots(files: Files, cell: Cell, stem: str) -> list[tuple[str, str]]:
-    """Every cell's accuracy and embedding-norm curves, then the "cell" sections' figures: (alt, path) of
-    those drawn."""
-    series = [
-        (r.method, [cell.col.metrics.get(d) for d in cell.runs.loc[cell.runs["method_id"] == r.method_id, "dir"]])
-        for r in cell.rows.itertuples()
-    ]
+def _table_plots(files: Files, table: Table, stem: str) -> list[tuple[str, str]]:
+    """Every table's accuracy and embedding-norm curves, then the "table" sections' figures: (alt, path)
+    of those drawn."""
+    series = table.series()
     figures = [
-        ("accuracy", "accuracy", plot_accuracy(cell.title, series)),
-        ("embedding norms", "emb_norms", plot_emb_norms(cell.title, series)),
+        ("accuracy", "accuracy", plot_accuracy(table.title, series)),
+        ("embedding norms", "emb_norms", plot_emb_norms(table.title, series)),
     ]
-    figures += [figure for s in registered("cell") for figure in s.fn(cell)]
+    figures += [figure for s in registered("table") for figure in s.fn(table)]
     images = [(alt, files.add(f"{stem}.{suffix}.png", png)) for alt, suffix, png in figures]
     return [(alt, path) for alt, path in images if path]
 

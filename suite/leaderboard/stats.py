@@ -1,5 +1,5 @@
-"""Numbers: per (cell, method) summaries over seeds, baselines and speed-ups with their intervals,
-the performance profile."""
+"""Numbers: per (cell, method) summaries over seeds, each row's speed-up over its baseline
+(baseline.py picks it, speedup.py judges it), the performance profile."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from suite.leaderboard.collect import ABSENT, Collection
-from suite.leaderboard.compare import median_time, permutation_p, ratio, speedup_interval, verdict
-from suite.leaderboard.studies import BASELINE_LOSS, BASELINE_OPTS, BASELINE_SAMPLERS
+from suite.leaderboard.baseline import is_plain, pick_baseline
+from suite.leaderboard.collect import Collection
+from suite.leaderboard.speedup import median_time, permutation_p, ratio, speedup_interval, verdict
 from suite.milestones import Milestones
 
 TAU_MAX = 4.0  # AlgoPerf's
@@ -103,30 +103,9 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
     }
 
 
-def is_plain(m: dict) -> bool:
-    return (
-        m["opt.name"] in BASELINE_OPTS
-        and m["filter.name"] == "none"
-        and m["sampler.name"] in BASELINE_SAMPLERS
-        and m.get("train.loss", BASELINE_LOSS) == BASELINE_LOSS
-    )
-
-
-def pick_baseline(row_method: dict, candidates: list[dict]) -> dict | None:
-    """candidates: summary rows (with 'settings', 'time_to_target', 'seeds', 'method') of plain methods."""
-    if not candidates:
-        return None
-
-    def rank(c):
-        agree = sum(c["settings"].get(k, ABSENT) == v for k, v in row_method.items())
-        return (-agree, c["time_to_target"], -c["seeds"], c["method"])
-
-    return min(candidates, key=rank)
-
-
 def against_baseline(row: dict, base: dict | None) -> dict:
     """The row's speed-up over its baseline, with its interval, p-value and verdict
-    (suite/leaderboard/compare.py). Paired by seed when both rows ran the same seeds."""
+    (suite/leaderboard/speedup.py). Paired by seed when both rows ran the same seeds."""
     none = {
         "speedup": math.nan,
         "speedup_ci_low": math.nan,

@@ -1,15 +1,107 @@
-"""Everything the leaderboard knows about particular studies lives in this package.
+"""The studies: what each adds to the leaderboard, registered with @section instead of written
+into the engine. Every module of this package is imported before a leaderboard is made, so a
+module here that registers a section is all a new study needs; this file holds what they
+register with and what a section is given. The modules: grokking.py (the Adam-LR c sweep, the
+sampling comparison), embedding_questions.py (Hessian, val by token frequency, weight decay x
+frequency), number_probes.py (the probes' page), precision.py (fp32 against bf16), tuning.py
+(how a board's final runs were tuned).
 
-Here: which rows of a cell are plain baselines, the reference every speed-up is measured
-against (the grokking papers' Adam / AdamW with plain sampling and cross-entropy). index.md
-explains the rule in words (DEFINITIONS in suite/leaderboard/__init__.py): change both together.
+Three places a section can go:
 
-Each module of the package registers the sections of one study (suite.leaderboard.sections)
-and is imported before a leaderboard is made: grokking.py (the Adam-LR c sweep, the sampling
-comparison), embedding_questions.py (Hessian, val by token frequency, weight decay x frequency),
-number_probes.py (the probes' page). A new study is a new module here.
+- "table": fn(table: Table) -> [(alt text, file suffix, PNG bytes or None)]. Figures under each
+  cell's table on the task/model pages, after the accuracy and embedding-norm plots, written
+  to <page>/<cell>.<suffix>.png (None: nothing to show for this cell).
+- "page": fn(page: Page) -> [(heading, label, file suffix, PNG bytes, markdown)]. Sections at the
+  end of each task/model page: "## heading", the figure, written to <page>/<label>.<suffix>.png,
+  and the markdown under it ("" for none: a table of what the figure shows, with its intervals).
+- "board": fn(board: Board) -> lines for index.md. Pages of its own, from every result of its
+  runner (board.results), written with board.files.add(rel, data); called only when the runs
+  hold such results.
+
+"table" and "page" sections read training runs (runner "train"); a "board" names the runner
+whose results it reads (suite.results.runner_of). Sections run in the order registered.
 """
 
-BASELINE_OPTS = ("adam", "adamw")
-BASELINE_SAMPLERS = ("random", "epoch", "full")
-BASELINE_LOSS = "ce"  # a run without train.loss trained with cross-entropy
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from suite.leaderboard.collect import Collection
+from suite.results import TRAIN
+
+PLACES = ("table", "page", "board")
+
+
+class Files(dict):
+    """What a leaderboard writes: path under the output dir -> bytes or text, in the order made."""
+
+    def add(self, rel: str, data: bytes | str | None) -> str | None:
+        """Returns rel, or None for no data (a plot with nothing to draw is not written)."""
+        if data is None:
+            return None
+        self[rel] = data
+        return rel
+
+
+@dataclass(frozen=True)
+class Table:
+    """One cell's table on its task/model page, what a "table" section draws under it."""
+
+    col: Collection
+    rows: pd.DataFrame  # the cell's rows of stats.cell_tables (one per method), in table order
+    runs: pd.DataFrame  # the cell's rows of col.runs (one per run)
+    title: str
+
+    def series(self) -> list[tuple[str, list]]:
+        """(method label, metric frames of its seeds) per row, in table order."""
+        return [
+            (r.method, [self.col.metrics.get(d) for d in self.runs.loc[self.runs["method_id"] == r.method_id, "dir"]])
+            for r in self.rows.itertuples()
+        ]
+
+
+@dataclass(frozen=True)
+class Page:
+    col: Collection
+    rows: pd.DataFrame  # the page's rows of stats.cell_tables, every cell of one task and model
+
+
+@dataclass(frozen=True)
+class Board:
+    col: Collection
+    results: list  # every result of the section's runner: {"dir", "spec", "result"}, in path order
+    command: str  # the command that made the leaderboard, for page headers
+    files: Files
+
+
+@dataclass(frozen=True)
+class Section:
+    fn: Callable
+    where: str
+    runner: str
+
+
+SECTIONS: list[Section] = []
+
+
+def section(where: str, runner: str = TRAIN):
+    """Register fn as a section; see the module docstring for where and what fn returns."""
+    if where not in PLACES or (where != "board" and runner != TRAIN):
+        raise ValueError(f"section: where is one of {PLACES}, and only a board reads another runner than {TRAIN}")
+
+    def register(fn):
+        SECTIONS.append(Section(fn, where, runner))
+        return fn
+
+    return register
+
+
+def registered(where: str) -> list[Section]:
+    for mod in pkgutil.iter_modules(__path__):  # importing a study registers its sections
+        importlib.import_module(f"{__name__}.{mod.name}")
+    return [s for s in SECTIONS if s.where == where]

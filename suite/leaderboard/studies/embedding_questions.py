@@ -23,20 +23,12 @@ import numpy as np
 import pandas as pd
 
 from suite.leaderboard.collect import settings_key
-from suite.leaderboard.compare import LEVEL, RESAMPLES
-from suite.leaderboard.plots import _curves, figure, style, to_png
-from suite.leaderboard.sections import Cell, Page, section
+from suite.leaderboard.plots import curves, figure, style, to_png
+from suite.leaderboard.speedup import LEVEL, RESAMPLES
+from suite.leaderboard.studies import Page, Table, section
 from suite.leaderboard.tables import md_table
 
 FREQUENCY_GROUPS = ("rare", "middle", "frequent")  # tasks/zipf_text.py's val_groups
-
-
-def method_series(cell: Cell) -> list[tuple[str, list]]:
-    """(method label, metric frames of its seeds) per row, in table order."""
-    return [
-        (r.method, [cell.col.metrics.get(d) for d in cell.runs.loc[cell.runs["method_id"] == r.method_id, "dir"]])
-        for r in cell.rows.itertuples()
-    ]
 
 
 def recorded(series: list[tuple[str, list]], column: str) -> bool:
@@ -48,7 +40,7 @@ def draw_band(ax, frames: list, column: str, i: int, label: str | None = None, l
     step as a band, each ending where its runs stopped. Only the records that hold the column
     count: hessian_E is measured every hessian_every evaluations, not in between."""
     frames = [f[["step", column]].dropna() for f in frames if f is not None and column in f]
-    c = _curves(frames, column)
+    c = curves(frames, column)
     if c is None or not len(c[0]):
         return
     steps, values, median = c
@@ -65,9 +57,9 @@ def draw_band(ax, frames: list, column: str, i: int, label: str | None = None, l
     )
 
 
-@section("cell")
-def hessian_eigenvalues(cell: Cell) -> list:
-    series = method_series(cell)
+@section("table")
+def hessian_eigenvalues(table: Table) -> list:
+    series = table.series()
     if not (recorded(series, "hessian_E") or recorded(series, "hessian_W")):
         return []
     fig = figure(figsize=(8, 7 + 0.25 * len(series)))
@@ -84,14 +76,14 @@ def hessian_eigenvalues(cell: Cell) -> list:
     for ax in (acc, curvature):
         ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{cell.title}: median over seeds while all run, band = min-max")
+    fig.suptitle(f"{table.title}: median over seeds while all run, band = min-max")
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     return [("Hessian eigenvalues", "hessian", to_png(fig))]
 
 
-@section("cell")
-def val_by_frequency(cell: Cell) -> list:
-    series = method_series(cell)
+@section("table")
+def val_by_frequency(table: Table) -> list:
+    series = table.series()
     groups = [g for g in FREQUENCY_GROUPS if recorded(series, f"val_acc_{g}")]
     if not groups:
         return []
@@ -112,7 +104,7 @@ def val_by_frequency(cell: Cell) -> list:
         ax.set_xscale("log")
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{cell.title}: by token frequency, median over seeds, band = min-max")
+    fig.suptitle(f"{table.title}: by token frequency, median over seeds, band = min-max")
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     return [("val accuracy by token frequency", "val_by_frequency", to_png(fig))]
 
@@ -127,7 +119,7 @@ def log_log_slope(x, y) -> float:
 
 def slope_interval(x, samples: list) -> tuple[float, float]:
     """95% percentile-bootstrap interval of log_log_slope(x, the medians of samples): each level's
-    values (its seeds) resampled on their own and the slope refitted, with compare.py's resample
+    values (its seeds) resampled on their own and the slope refitted, with speedup.py's resample
     count and seed, so the table is the same on every machine. nan with fewer than two levels."""
     if len(set(x)) < 2:
         return math.nan, math.nan

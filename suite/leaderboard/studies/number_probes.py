@@ -8,8 +8,8 @@ import math
 import pandas as pd
 
 from suite.leaderboard.collect import frozen
-from suite.leaderboard.plots import plot_probe
-from suite.leaderboard.sections import Board, section
+from suite.leaderboard.plots import figure, style, to_png
+from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import commits_text, fmt_value, md_table, settings_text, slug, write_csv
 
 PROBE_SHOWN = ("pca_ev", "pls_r2", "rho", "beta")  # the paper's columns, in the probes' summary
@@ -111,3 +111,33 @@ def probes_page(board: Board) -> list[str]:
         first = ["run", "task", "model", "series", "layer"]
         board.files.add("probes.csv", write_csv(df[first + [c for c in df.columns if c not in first]]))
     return ["Number-representation probes: [probes.md](probes.md).\n"]
+
+
+def plot_probe(title: str, layers: pd.DataFrame) -> bytes | None:
+    measures = [c[: -len("_mean")] for c in layers.columns if c.endswith("_mean")]
+    if not measures:
+        return None
+    ncols = min(4, len(measures))
+    nrows = math.ceil(len(measures) / ncols)
+    fig = figure(figsize=(4 * ncols, 3.4 * nrows + 0.6))
+    axes = fig.subplots(nrows, ncols, squeeze=False).flatten()
+    for ax, measure in zip(axes, measures):
+        for i, (series, rows) in enumerate(layers.groupby("series", sort=True)):
+            mean, std = rows[f"{measure}_mean"].to_numpy(float), rows[f"{measure}_std"].to_numpy(float)
+            ax.plot(rows["layer"], mean, marker=".", label=series or None, **style(i))
+            ax.fill_between(rows["layer"], mean - std, mean + std, color=style(i)["color"], alpha=0.15, linewidth=0)
+        if (
+            "beta" in measure
+            and (layers[f"{measure}_mean"].dropna() > 0).all()
+            and layers[f"{measure}_mean"].notna().any()
+        ):
+            ax.set_yscale("log")  # beta ~ 1 log-like, ~ 10 linear
+        ax.set_title(measure)
+        ax.set_xlabel("layer")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(measures) :]:
+        ax.set_axis_off()
+    if any(layers["series"] != ""):
+        axes[0].legend(fontsize="small")
+    fig.suptitle(f"{title}: per layer, mean and band +- std over the probe's runs")
+    return to_png(fig)

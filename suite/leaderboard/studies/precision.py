@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from suite.leaderboard.collect import settings_key
-from suite.leaderboard.compare import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, equivalence, median_interval
-from suite.leaderboard.sections import Board, section
+from suite.leaderboard.speedup import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, equivalence, median_interval
 from suite.leaderboard.stats import against_baseline, cell_tables
+from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 from suite.results import TRAIN
 

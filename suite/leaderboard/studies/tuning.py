@@ -9,10 +9,10 @@ import sys
 
 import pandas as pd
 
-from suite.leaderboard.compare import median_interval
 from suite.leaderboard.pages import profile_table
-from suite.leaderboard.sections import Board, section
+from suite.leaderboard.speedup import median_interval
 from suite.leaderboard.stats import TAU_MAX, against_baseline, cell_tables, performance_profile
+from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, p_text, steps_text
 from suite.results import TRAIN
 from suite.rundir import UnreadableFile

@@ -1,0 +1,145 @@
+"""Is one method faster than another? Times to target over seeds, a speed-up, its interval and a p-value.
+
+A seed's time to target is its held grok step, or infinity when it did not grok within the
+budget. A row's time to target is the median over its seeds (AlgoPerf's rule), and the speed-up
+of a row against its baseline is baseline's median / the row's. Both rows' seeds are few, and a
+failed seed is infinite, so the uncertainty comes from resampling the seeds, not from a formula:
+
+- interval: a percentile bootstrap (95%, 10,000 resamples of the seeds, numpy's PCG64 seeded with
+  0, so a table is the same on every machine). Paired when both rows ran the same seeds of one
+  cell (same task settings, so seed i trained on the same data in both): the resample draws seed
+  indices and takes both rows' times of each; otherwise each row is resampled on its own.
+  Resamples where neither row reached the target count as a speed-up of 1 (a tie).
+- p-value: an exact permutation test, two-sided, on ranks (so infinite times need no special
+  value): paired, the Wilcoxon signed-rank statistic of log(baseline / row) over the sign flips
+  of the pairs (seeds where both failed are ties and drop out); unpaired, the Mann-Whitney rank
+  sum over every relabelling of the pooled seeds. The null distributions are counted exactly
+  (the number of subsets of ranks with each sum), not sampled. With 3 seeds against 3 the
+  smallest possible p is 0.10; with 5 pairs, 0.0625: a claim on so few seeds cannot be
+  significant, which is what the verdict then says.
+- verdict: "faster" when the interval's low end is above 1, "slower" when its high end is below
+  1, else "not resolved (n = k)"; and "not resolved" whatever the interval with fewer than 5
+  seeds in either row (the project's rule, leaderboards/README.md "How verdicts are judged": a
+  bootstrap over 3 seeds that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
+- equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
+  (EQUIVALENCE_MARGIN, for every board), "equivalent within m" when the 90% bootstrap interval of
+  the speed-up lies inside [1 / (1 + m), 1 + m] (two one-sided tests at 5% each, as an interval)
+  and both rows have 5 seeds or more; else "not shown equivalent (n = k)". An interval that merely
+  contains 1 is absence of evidence, and says nothing of equivalence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import rankdata
+
+RESAMPLES = 10_000
+LEVEL = 0.95
+MIN_SEEDS = 5
+EQUIVALENCE_MARGIN = 0.10  # declared in leaderboards/README.md before the runs it first judged
+EQUIVALENCE_LEVEL = 0.90  # two one-sided tests at 5%
+
+
+def median_time(times) -> float:
+    return float(np.median(np.asarray(times, dtype=float)))
+
+
+def ratio(baseline: np.ndarray | float, row: np.ndarray | float):
+    """baseline / row for times that may be infinite: both infinite is a tie (1), a row at 0 is
+    infinitely faster unless the baseline is at 0 too."""
+    b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(np.isinf(b) & np.isinf(r), 1.0, b / np.where(r == 0, 1.0, r))
+    out = np.where(r == 0, np.where(b == 0, 1.0, math.inf), out)
+    return float(out) if out.ndim == 0 else out
+
+
+def speedup_interval(
+    baseline: list[float], row: list[float], paired: bool, level: float = LEVEL
+) -> tuple[float, float]:
+    """The bootstrap interval of median(baseline) / median(row); paired: the lists are aligned by seed."""
+    rng = np.random.default_rng(0)
+    b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
+    if paired:
+        idx = rng.integers(0, len(b), (RESAMPLES, len(b)))
+        b_med, r_med = np.median(b[idx], axis=1), np.median(r[idx], axis=1)
+    else:
+        b_med = np.median(b[rng.integers(0, len(b), (RESAMPLES, len(b)))], axis=1)
+        r_med = np.median(r[rng.integers(0, len(r), (RESAMPLES, len(r)))], axis=1)
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(ratio(b_med, r_med), [tail, 1 - tail], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
+def median_interval(times: list[float]) -> tuple[float, float]:
+    """The bootstrap interval of the median time over the seeds (as speedup_interval's)."""
+    t = np.asarray(times, dtype=float)
+    medians = np.median(t[np.random.default_rng(0).integers(0, len(t), (RESAMPLES, len(t)))], axis=1)
+    tail = (1 - LEVEL) / 2
+    lo, hi = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
+def permutation_p(baseline: list[float], row: list[float], paired: bool) -> float:
+    """Exact two-sided p-value of 'the row and its baseline take the same time' (see the module)."""
+    b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
+    if paired:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = np.where(b == r, 0.0, np.log(b) - np.log(r))  # inf - inf is a tie, not nan
+        d = d[d != 0]
+        if not len(d):
+            return 1.0
+        ranks = _doubled(rankdata(np.abs(d)))
+        observed = ranks[d > 0].sum()
+        counts = _subset_sums(ranks, size=None)
+    else:
+        ranks = _doubled(rankdata(np.concatenate([b, r])))
+        observed = ranks[len(b) :].sum()
+        counts = _subset_sums(ranks, size=len(r))
+    sums = np.arange(len(counts))
+    centre = (counts * sums).sum() / counts.sum()
+    extreme = np.abs(sums - centre) >= abs(observed - centre) - 1e-9
+    return float(counts[extreme].sum() / counts.sum())
+
+
+def _doubled(ranks: np.ndarray) -> np.ndarray:
+    """Ranks (mid-ranks for ties, so halves) times two: integers, to count sums exactly."""
+    return np.rint(2 * ranks).astype(int)
+
+
+def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
+    """counts[s] = how many subsets of values (of `size` elements; of any size for None) sum to s.
+    Float counts are exact up to 2^53 (about 50 seeds a row)."""
+    total = int(values.sum())
+    if size is None:
+        counts = np.zeros(total + 1)
+        counts[0] = 1
+        for v in values:
+            counts[v:] = counts[v:] + counts[: len(counts) - v].copy()
+        return counts
+    table = np.zeros((size + 1, total + 1))
+    table[0, 0] = 1
+    for v in values:
+        table[1:, v:] = table[1:, v:] + table[:-1, : total + 1 - v].copy()
+    return table[size]
+
+
+def verdict(low: float, high: float, n: int) -> str:
+    """n: the seeds of the smaller of the two rows."""
+    if n >= MIN_SEEDS and low > 1:
+        return "faster"
+    if n >= MIN_SEEDS and high < 1:
+        return "slower"
+    return f"not resolved (n = {n})"
+
+
+def equivalence(
+    baseline: list[float], row: list[float], paired: bool, margin: float = EQUIVALENCE_MARGIN
+) -> tuple[float, float, str]:
+    """The speed-up's EQUIVALENCE_LEVEL interval and the equivalence verdict (see the module)."""
+    low, high = speedup_interval(baseline, row, paired, EQUIVALENCE_LEVEL)
+    n = min(len(baseline), len(row))
+    inside = n >= MIN_SEEDS and 1 / (1 + margin) <= low and high <= 1 + margin
+    return low, high, f"equivalent within {margin:.0%}" if inside else f"not shown equivalent (n = {n})"
