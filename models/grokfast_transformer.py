@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from suite import SuiteError, register_model
-from suite.data import TaskData
+from suite.specs.data import TaskData
 
 
 class Block(nn.Module):

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from suite import SuiteError, register_model
-from suite.data import TaskData
+from suite.specs.data import TaskData
 
 # The embedding paper's optimizer (Adam and Adam-LR, lr 1e-2, coupled weight decay 1e-3): the optimizers'
 # own defaults, declared here too so that `suite list` shows the recipe and it stays if those move.
@@ -111,7 +111,7 @@ class MLP(nn.Module):
         return self.out(F.relu(self.hidden(h.flatten(1))))
 
     def forward_stacked(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """K members at once on a GPU (suite/ensemble.py; on CPU each member runs `forward` on its
+        """K members at once on a GPU (suite/engine/stacked.py; on CPU each member runs `forward` on its
         slice, the calls its separate run makes): params stacked on a leading member axis, x [K,
         batch, ...]. Each member's logits and gradients are what the model alone computes to float32
         rounding: baddbmm adds the bias inside the product as nn.Linear's addmm does (a product then a

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from suite import SuiteError, register_model
-from suite.data import TaskData
+from suite.specs.data import TaskData
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

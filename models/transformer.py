@@ -45,7 +45,7 @@ from einops import rearrange
 from torch import nn
 
 from suite import SuiteError, register_model
-from suite.data import TaskData
+from suite.specs.data import TaskData
 
 
 def _normal(*shape: int, fan: int) -> nn.Parameter:

@@ -1,4 +1,45 @@
-"""A benchmark suite for grokking: tasks x models x optimizers, one training loop, plain results."""
+"""A benchmark suite for grokking: tasks x models x optimizers, one training loop, plain results.
+
+Map: the folders say what each part does; a wing imports only wings above it in this list.
+
+    errors.py, cache.py   for every wing: the one bad-input error; what is built once and kept
+    specs/        what a run is, before anything trains: registry (one decorator per component),
+                  contracts, spec (resolve a spec, its id, its run folder's name), config (the train
+                  settings), presets, data (TaskData, what a task hands the engine), cell
+    results/      what a run leaves on disk, read back: rundir, result (result.json's provenance and
+                  summary lines), weights, export, tuning_record (tuning.json)
+    engine/       the training loop: train (the loop, and the step in train_step), member (one run's
+                  folder from claim to result), plan (which members stack), stack (a stack's tensors),
+                  stacked (models on a member axis), updates (optimizers and filters of a stack),
+                  measures, milestones, chance, hessian, precision
+    components/   the built-in optimizers, samplers and gradient filters (tasks/ and models/, beside
+                  suite/, hold the tasks and models)
+    leaderboard/  boards, comparisons and their studies, from result.json files alone
+    launch/       running cells: manifest (execute(cells), the one entry point, and a submission's
+                  manifest and chunks), grid (grid files), submit (a grid by the grid command's
+                  flags), local, slurm, tuning (the tuning protocol), tracking (Weights & Biases)
+    probes/       the number probes' runner and plots (their task: tasks/number_probe.py, their model:
+                  models/pretrained.py, their board page: leaderboard/studies/number_probes.py)
+    bench/        the suite measured: speed and memory sections, the plain PyTorch loop it is held
+                  against, the GPU campaign
+    commands/     the command line, one module per subcommand (cli.py puts them together)
+    grids/        the shipped grid files
+
+One word for each thing:
+
+    task       a grokking task (tasks/); what Slurm runs is an array task
+    cell       one spec with its seed, and the run folder it writes (specs/cell.py): what every
+               launcher hands the loop; cell_id names a cell's seeds together (its spec without the seed)
+    run        what a cell's training wrote: its run folder (spec.json, metrics.jsonl, result.json)
+    group      the cells one call of the loop trains together: they differ only in their seed and
+               their task's, optimizer's and filter's settings (at most `--ensemble K` of them)
+    member     one cell as it trains in a stack
+    stack      members trained as one model, their parameters on a leading member axis; a group
+               trains as one stack, or as several where its members' shapes or start steps differ
+    chunk      one process's share of a grid submission: whole groups, in turn; an array task runs one
+    table      on a board: the runs that differ only in their method and seed, a row per method
+"""
+
 
 import os as _os
 
@@ -14,9 +55,9 @@ if not _os.path.isdir(_os.path.join(__path__[0], "tasks")) and _os.path.isfile(
 from importlib.metadata import PackageNotFoundError  # noqa: E402
 from importlib.metadata import version as _version  # noqa: E402
 
-from suite.contracts import GradFilter, Sampler  # noqa: E402 (after __path__ is complete)
 from suite.errors import SuiteError  # noqa: E402
-from suite.registry import (  # noqa: E402
+from suite.specs.contracts import GradFilter, Sampler  # noqa: E402 (after __path__ is complete)
+from suite.specs.registry import (  # noqa: E402
     register_filter,
     register_model,
     register_optimizer,
@@ -46,7 +87,7 @@ __all__ = [
 
 def __getattr__(name):  # TaskData pulls in torch: import it only when asked for
     if name == "TaskData":
-        from suite.data import TaskData
+        from suite.specs.data import TaskData
 
         return TaskData
     raise AttributeError(name)

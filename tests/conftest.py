@@ -71,13 +71,13 @@ class PreemptAt:
 
 
 def build_one(spec):
-    """The plain pieces of a single run of spec (the model unstacked), as suite.member builds them."""
+    """The plain pieces of a single run of spec (the model unstacked), as suite.engine.member builds them."""
     from types import SimpleNamespace
 
     import torch
 
-    from suite.member import Member
-    from suite.updates import optimizer_and_filter
+    from suite.engine.member import Member
+    from suite.engine.updates import optimizer_and_filter
 
     member = Member.build(spec, torch.device("cpu"))
     optimizer, _ = optimizer_and_filter(spec, member.model)
@@ -88,8 +88,8 @@ def stack_of(specs):
     """The specs' members as the loop stacks them (one part), without run dirs: a Stack at step 0."""
     import torch
 
-    from suite.member import Member
-    from suite.plan import stacks
+    from suite.engine.member import Member
+    from suite.engine.plan import stacks
 
     (stack,) = stacks([Member.build(spec, torch.device("cpu")) for spec in specs], torch.device("cpu"))
     stack.start()
@@ -144,7 +144,7 @@ def one_thread():
 
 def as_cells(specs, run_dirs, trackers=()):
     """The cells the loop takes: each spec with its run folder (and its tracker, where given)."""
-    from suite.cell import Cell
+    from suite.specs.cell import Cell
 
     trackers = list(trackers) or [None] * len(specs)
     return [Cell(spec, Path(d), tracker=t) for spec, d, t in zip(specs, run_dirs, trackers, strict=True)]

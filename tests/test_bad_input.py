@@ -11,9 +11,9 @@ import torch
 from conftest import TINY_FIXED, run_cli
 
 from suite.cli import main
-from suite.grid import load
-from suite.rundir import write_json
-from suite.spec import resolve
+from suite.launch.grid import load
+from suite.results.rundir import write_json
+from suite.specs.spec import resolve
 
 MODULAR = [
     "--set",

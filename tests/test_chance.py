@@ -1,4 +1,4 @@
-"""A run that fell back to chance after memorizing (suite/chance.py): the progress line says so when it
+"""A run that fell back to chance after memorizing (suite/engine/chance.py): the progress line says so when it
 happens, train.chance_patience stops it ("at chance"), its result says where, and a resume replays it."""
 
 import json
@@ -8,10 +8,10 @@ import torch
 from conftest import PreemptAt, as_cells, metrics_text
 
 from suite import GradFilter, register_filter
-from suite.chance import ChanceWatch
 from suite.cli import main
-from suite.spec import resolve, spec_id
-from suite.train import Preempted, train
+from suite.engine.chance import ChanceWatch
+from suite.engine.train import Preempted, train
+from suite.specs.spec import resolve, spec_id
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,9 +9,9 @@ from conftest import build_one
 from suite.tasks.modular import modular
 
 from suite import SuiteError
-from suite.components.optimizers import ParamGroups
-from suite.registry import ALL
-from suite.spec import resolve, spec_id
+from suite.specs.contracts import ParamGroups
+from suite.specs.registry import ALL
+from suite.specs.spec import resolve, spec_id
 
 CPU = torch.device("cpu")
 
@@ -144,7 +144,7 @@ def test_adaptive_c_follows_the_proposition():
 
 def test_sigma_max_runs_numpy_on_one_blas_thread_and_gives_the_rest_back(monkeypatch):
     # OpenBLAS workers spin after a call and slowed the training steps after every evaluation.
-    from suite import measures
+    from suite.engine import measures
 
     blas_threads = lambda: [lib["num_threads"] for lib in measures.BLAS.info() if lib["user_api"] == "blas"]  # noqa: E731
     inside, real = [], measures._sigma_max
@@ -157,7 +157,7 @@ def test_sigma_max_runs_numpy_on_one_blas_thread_and_gives_the_rest_back(monkeyp
 def test_sigma_max_is_the_spectral_norm_at_any_scale_and_a_zero_w_gives_no_ratio():
     from types import SimpleNamespace
 
-    from suite.measures import progress_measures, sigma_max
+    from suite.engine.measures import progress_measures, sigma_max
 
     g = torch.Generator().manual_seed(0)
     for shape in ((512, 512), (384, 160), (99, 128), (4, 3)):

@@ -3,7 +3,7 @@
 from conftest import TINY_FIXED
 
 from suite.cli import main
-from suite.local import progress_lines
+from suite.launch.local import progress_lines
 
 
 def test_progress_echoes_each_running_log_s_latest_line_once(tmp_path):

@@ -15,12 +15,12 @@ from torch import nn
 
 from suite import SuiteError, register_model
 from suite.cli import main
-from suite.contracts import ContractError
-from suite.member import Member
-from suite.plan import blocker
-from suite.registry import ALL, RUNNERS, Registry
-from suite.spec import resolve
-from suite.train import train
+from suite.engine.member import Member
+from suite.engine.plan import blocker
+from suite.engine.train import train
+from suite.specs.contracts import ContractError
+from suite.specs.registry import ALL, RUNNERS, Registry
+from suite.specs.spec import resolve
 
 # --- the contracts, checked as components register ------------------------------------------------
 
@@ -250,7 +250,7 @@ def test_a_sampler_that_is_not_a_sampler_is_one_line():
             return torch.arange(4)
 
     with pytest.raises(
-        SuiteError, match=r"sampler '_plain_object' built a NotASampler, not a suite\.contracts\.Sampler"
+        SuiteError, match=r"sampler '_plain_object' built a NotASampler, not a suite\.specs\.contracts\.Sampler"
     ):
         Member.build(
             resolve({"sampler": "_plain_object"}, {k: v for k, v in TINY.items() if k != "batch_size"}),
@@ -258,7 +258,7 @@ def test_a_sampler_that_is_not_a_sampler_is_one_line():
         )
 
 
-# --- one component of each kind from a new module: the example in suite/contracts.py's docstring ---
+# --- one component of each kind from a new module: the example in suite/specs/contracts.py's docstring ---
 
 
 def _package(root: Path, module_code: str, ep_name: str = "parity", group: str = "suite.tasks") -> dict:
@@ -275,7 +275,7 @@ def _package(root: Path, module_code: str, ep_name: str = "parity", group: str =
 
 
 def test_the_example_adds_one_component_of_each_kind_from_a_new_module_and_runs_them(tmp_path):
-    source = (REPO / "suite/contracts.py").read_text()  # the example ends the module docstring
+    source = (REPO / "suite/specs/contracts.py").read_text()  # the example ends the module docstring
     code = source.split("<!-- example components -->")[1].split("```python")[1].split("```")[0]
     env = _package(tmp_path, textwrap.dedent(code))
     listing = run_cli("list", "--origin", env=env)

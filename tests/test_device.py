@@ -1,5 +1,5 @@
 """The tests that touch the device a run trains on, marked `device`: on the device SUITE_TEST_DEVICE
-names (cpu by default, so CI runs them here; the GPU campaign, suite/campaign.py, sets cuda). On the
+names (cpu by default, so CI runs them here; the GPU campaign, suite/bench/campaign.py, sets cuda). On the
 CPU the comparisons are exact; on a GPU they hold to float32 rounding (its kernels sum in another
 order than the CPU's, and atomics make some sums run-to-run different)."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import PreemptAt, as_cells
 
+from suite.engine.train import Preempted, resolve_device, train
 from suite.errors import SuiteError
-from suite.spec import resolve
-from suite.train import Preempted, resolve_device, train
+from suite.specs.spec import resolve
 
 pytestmark = [pytest.mark.device, pytest.mark.usefixtures("one_thread")]
 DEVICE = resolve_device(os.environ.get("SUITE_TEST_DEVICE", "cpu"))

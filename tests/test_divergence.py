@@ -11,9 +11,9 @@ from conftest import TINY_FIXED, as_cells, metrics_text, run_cli
 
 from suite import TaskData, register_task
 from suite.cli import main
-from suite.ensemble import Alone, Stacked, clip_grad_norms
-from suite.spec import resolve
-from suite.train import train
+from suite.engine.stacked import Alone, Stacked, clip_grad_norms
+from suite.engine.train import train
+from suite.specs.spec import resolve
 
 CPU = torch.device("cpu")
 TINY = {

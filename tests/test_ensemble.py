@@ -17,10 +17,10 @@ import torch
 from conftest import TINY_FIXED, PreemptAt, as_cells, metrics_text, run_cli, stack_of
 from torch import nn
 
-from suite.ensemble import split_state, stack_states
-from suite.plan import blocker
-from suite.spec import canonical, resolve
-from suite.train import Preempted, train
+from suite.engine.plan import blocker
+from suite.engine.stacked import split_state, stack_states
+from suite.engine.train import Preempted, train
+from suite.specs.spec import canonical, resolve
 
 CPU = torch.device("cpu")
 SMALL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "train.steps": 60, "eval_every": 10}
@@ -237,7 +237,7 @@ def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
     assert out.returncode == 0, out.stderr
     paths = [Path(line) for line in out.stdout.splitlines()]
     assert [json.loads(p.read_text())["spec"]["seed"] for p in paths] == [0, 1, 4]
-    assert "its share of an ensemble of 3" in out.stderr
+    assert "its share of a stack of 3" in out.stderr
     again = run_cli(*args, "--seeds", "4,5")  # 4 is done: only 5 runs
     assert again.returncode == 0 and again.stderr.count("already finished") == 1
     for bad, message in (
@@ -354,8 +354,8 @@ def test_cells_whose_task_changes_a_shape_stack_in_parts_of_equal_shapes(tmp_pat
 
 
 def test_a_grid_groups_cells_that_differ_in_their_task_or_optimizer_settings_into_one_stack(tmp_path):
-    from suite.backends import groups
-    from suite.grid import load
+    from suite.launch.grid import load
+    from suite.launch.manifest import groups
 
     grid = tmp_path / "g.toml"
     grid.write_text(
@@ -403,7 +403,7 @@ def test_each_member_of_a_stack_of_mlps_is_the_model_alone(task, settings, threa
     # On CPU a seed trained inside a stack, or alone, runs the plain model on its slice of the stack
     # (Stacked.forward): it computes what the plain model computes for it (logits and gradients), bit
     # for bit, the same calls on one thread or two, so a run's numbers do not depend on K and a single
-    # run follows the plain PyTorch loop of suite/plain.py step for step. The MLP's forward_stacked,
+    # run follows the plain PyTorch loop of suite/bench/plain.py step for step. The MLP's forward_stacked,
     # a GPU's one batched call for the whole stack, computes it to float32 rounding.
     from torch.func import functional_call
 
@@ -425,11 +425,11 @@ def test_each_member_of_a_stack_of_mlps_is_the_model_alone(task, settings, threa
 
 
 def test_a_single_run_trains_the_weights_of_the_plain_pytorch_loop_bit_for_bit(tmp_path):
-    # suite/plain.py is what `suite bench` times a run against: the same batches, Adam and MLP with
+    # suite/bench/plain.py is what `suite bench` times a run against: the same batches, Adam and MLP with
     # nothing else. The suite's run must train exactly those weights; only the evaluation's losses
     # may round differently (a per-example sum where the loop takes F.cross_entropy's mean).
-    from suite import plain
-    from suite.weights import load_model
+    from suite.bench import plain
+    from suite.results.weights import load_model
 
     spec = resolve(
         {}, {"p": 23, "batch_size": 32, "train.steps": 200, "eval_every": 50, "patience": None, "keep_weights": True}

@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO
 
 from suite.cli import main
-from suite.spec import cell_id
+from suite.specs.spec import cell_id
 
 TINY = [
     "--set",

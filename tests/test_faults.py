@@ -13,12 +13,12 @@ import pytest
 import torch
 from conftest import TINY_FIXED, PreemptAt, as_cells, metrics_text, run_cli, wait_for_step
 
-from suite import rundir
 from suite.cli import main
+from suite.engine.train import Preempted, train
 from suite.leaderboard import generate
-from suite.rundir import RunDir
-from suite.spec import resolve
-from suite.train import Preempted, train
+from suite.results import rundir
+from suite.results.rundir import RunDir
+from suite.specs.spec import resolve
 
 CPU = torch.device("cpu")
 CELL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "d": 8, "hidden": 16, "eval_every": 10,
@@ -172,8 +172,8 @@ def test_slurm_caps_its_requeues_and_says_so_and_warns_without_a_time_limit(tmp_
 def test_the_requeue_cap_stops_a_task_that_keeps_being_signalled(tmp_path):
     """The rendered script's own logic, run by bash with a fake Slurm: restart 3 of at most 3 exits
     with 3 and a line, instead of requeueing again."""
-    from suite.grid import load
-    from suite.slurm import SlurmOptions, render
+    from suite.launch.grid import load
+    from suite.launch.slurm import SlurmOptions, render
 
     (tmp_path / "g.toml").write_text(TINY_FIXED)
     grid = load(tmp_path / "g.toml")

@@ -9,9 +9,9 @@ import torch
 from conftest import PreemptAt, as_cells, metrics_text
 
 from suite import SuiteError
-from suite.registry import ALL
-from suite.spec import resolve
-from suite.train import Preempted, train
+from suite.engine.train import Preempted, train
+from suite.specs.registry import ALL
+from suite.specs.spec import resolve
 
 
 def _filter(name, params, **settings):

@@ -10,9 +10,9 @@ import pytest
 from conftest import REPO, TINY_FIXED, run_cli
 
 from suite.cli import main
-from suite.grid import load
-from suite.rundir import RunDir
-from suite.spec import canonical, resolve, spec_id
+from suite.launch.grid import load
+from suite.results.rundir import RunDir
+from suite.specs.spec import canonical, resolve, spec_id
 
 
 def write(tmp_path, text, name="g.toml"):
@@ -99,7 +99,7 @@ def test_cell_ids_are_stable_across_processes(tmp_path):
     """A hash of the spec, never Python's salted hash(): another interpreter agrees."""
     path = REPO / "suite/grids/tiny.toml"
     here = [c.id for c in load(path).cells]
-    code = f"from suite.grid import load; print(' '.join(c.id for c in load({str(path)!r}).cells))"
+    code = f"from suite.launch.grid import load; print(' '.join(c.id for c in load({str(path)!r}).cells))"
     there = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -259,7 +259,7 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
     interrupted.path.mkdir(parents=True)
     (interrupted / "checkpoint.pt").write_bytes(b"")
     probe = (
-        "import sys, time; from suite.rundir import RunDir; rd = RunDir(sys.argv[1]); rd.lock(); "
+        "import sys, time; from suite.results.rundir import RunDir; rd = RunDir(sys.argv[1]); rd.lock(); "
         "print('locked', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", probe, str(running.path)], stdout=subprocess.PIPE, text=True)
@@ -280,7 +280,7 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
 def test_outcome_line_of_a_cell_without_milestones(tmp_path):
     # A number probe's result.json has no grok_step: the local backend still reports the cell
     # (it used to raise KeyError and abandon the rest of the grid).
-    from suite.local import _outcome_line
+    from suite.launch.local import _outcome_line
 
     cell = load(REPO / "suite/grids/probes.toml").cells[0]
     run_dir = cell.under(tmp_path).run_dir

@@ -8,10 +8,10 @@ import torch
 from conftest import as_cells, build_one, metrics_text
 from torch import nn
 
-from suite.hessian import hessian_measures
-from suite.measures import LOSSES
-from suite.spec import resolve
-from suite.train import train
+from suite.engine.hessian import hessian_measures
+from suite.engine.measures import LOSSES
+from suite.engine.train import train
+from suite.specs.spec import resolve
 
 
 class Quadratic(nn.Module):

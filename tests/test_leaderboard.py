@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 from suite.cli import main
+from suite.engine.milestones import Milestones
 from suite.leaderboard import generate
 from suite.leaderboard.baseline import is_plain, pick_baseline
 from suite.leaderboard.collect import CellLabels, MethodLabels
 from suite.leaderboard.stats import outcome, performance_profile, summarise
-from suite.milestones import Milestones
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "leaderboard"
@@ -328,7 +328,7 @@ def test_cli_writes_the_index_and_drops_stale_files(tmp_path, capsys):
 
 
 def test_probe_results_get_a_per_layer_table_and_plot(tmp_path):
-    # The shape suite/probe.py writes (one entry per data set, each with `layers` and `best`);
+    # The shape suite/probes/runner.py writes (one entry per data set, each with `layers` and `best`);
     # the values are made up to pin the format, not measured.
     run = tmp_path / "runs" / "number_probe-smollm2" / "seed0-abc"
     run.mkdir(parents=True)
@@ -488,7 +488,7 @@ def test_a_study_adds_figures_and_pages_by_registering_sections(tmp_path, monkey
 def test_each_split_shows_its_operand_probabilities_in_train_and_test():
     """The paper's Fig. 8 beside the sampling table, rebuilt from the runs' task settings."""
     from suite.leaderboard.studies.grokking import plot_split_tokens, split_tokens
-    from suite.spec import resolve
+    from suite.specs.spec import resolve
 
     def cell(split, **extra):
         task = resolve({}, {"p": 31, "split": split, **extra})["task"]
@@ -513,7 +513,7 @@ def test_the_sampling_figure_names_each_skew_and_ignores_it_where_the_split_does
     """A skewed split at each strength is a split of its own; a random split run when the default
     skew was another still belongs in the same figure."""
     from suite.leaderboard.studies.grokking import split_label, split_order, split_tokens
-    from suite.spec import resolve
+    from suite.specs.spec import resolve
 
     def cell(split, skew):
         task = resolve({}, {"p": 31, "split": split, "skew": skew})["task"]

@@ -1,10 +1,10 @@
-"""What a run reached: memorization, first touch, the held grok step, collapse (suite.measures.Milestones)."""
+"""What a run reached: memorization, first touch, the held grok step, collapse (suite.engine.measures.Milestones)."""
 
 import pytest
 
-from suite.config import TrainConfig
+from suite.engine.milestones import Milestones
 from suite.errors import SuiteError
-from suite.milestones import Milestones
+from suite.specs.config import TrainConfig
 
 
 def replay(vals, hold, target=0.99, every=100):

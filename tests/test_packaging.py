@@ -115,7 +115,7 @@ def test_the_wheel_records_its_version_and_the_commit_it_was_built_from(installe
     repository the venv happens to sit in."""
     python, work = installed
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-    code = "import suite, suite.results as r; print(suite.__version__, r.git_commit(), r.git_dirty())"
+    code = "import suite, suite.results.result as r; print(suite.__version__, r.git_commit(), r.git_dirty())"
     out = subprocess.run([python, "-c", code], cwd=work, capture_output=True, text=True, check=True).stdout.split()
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert out == [version, head.stdout.strip(), "None"]

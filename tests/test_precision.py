@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import PreemptAt, as_cells, metrics_text, run_cli, stack_of
 
+from suite.engine.precision import autocast, check, cpu_bf16_units
+from suite.engine.train import Preempted, train, train_step
 from suite.errors import SuiteError
 from suite.leaderboard.collect import collect
-from suite.precision import autocast, check, cpu_bf16_units
-from suite.spec import default_run_dir, resolve, spec_id
-from suite.train import Preempted, train, train_step
+from suite.specs.spec import default_run_dir, resolve, spec_id
 
 CPU = torch.device("cpu")
 SMALL = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "train.steps": 60, "eval_every": 10}

@@ -10,9 +10,9 @@ import torch
 from conftest import REPO, build_one
 
 from suite import SuiteError
-from suite.presets import apply
-from suite.registry import ALL
-from suite.spec import resolve
+from suite.specs.presets import apply
+from suite.specs.registry import ALL
+from suite.specs.spec import resolve
 
 
 def _spec(choices=None, settings=None):

@@ -13,9 +13,9 @@ from suite.tasks.number_probe import base26, number_interval, number_probe
 
 from suite import SuiteError
 from suite.cli import main
-from suite.probe import best_layers, extract, layer_measures, scaling_rate, summarize
-from suite.registry import ALL
-from suite.spec import default_run_dir, resolve
+from suite.probes.runner import best_layers, extract, layer_measures, scaling_rate, summarize
+from suite.specs.registry import ALL
+from suite.specs.spec import default_run_dir, resolve
 
 GROUPS = [1, 2, 3, 4]
 

@@ -3,8 +3,8 @@ from typing import Literal, Optional
 import pytest
 
 from suite import SuiteError
-from suite.registry import ALL, Registry, params_of
-from suite.spec import resolve, spec_id
+from suite.specs.registry import ALL, Registry, params_of
+from suite.specs.spec import resolve, spec_id
 
 
 def test_contract_names_are_registered():
@@ -95,7 +95,7 @@ def test_spec_id_is_stable_across_processes():
     import subprocess
     import sys
 
-    code = "from suite.spec import resolve, spec_id; print(spec_id(resolve()))"
+    code = "from suite.specs.spec import resolve, spec_id; print(spec_id(resolve()))"
     ids = {
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": str(s), "PATH": ""}

@@ -15,9 +15,9 @@ from suite.models.resnet import ResNet18
 from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, insight_image, load_images, polygons, render
 
 from suite import SuiteError
-from suite.member import Member
-from suite.spec import resolve
-from suite.train import train
+from suite.engine.member import Member
+from suite.engine.train import train
+from suite.specs.spec import resolve
 
 RES = 16  # the dataset is rendered once per session at this size (a few seconds)
 
@@ -201,7 +201,7 @@ def test_transformer_refuses_images(cache):
 
 
 def _images(size):
-    from suite.data import TaskData
+    from suite.specs.data import TaskData
 
     x = torch.zeros(2, 1, size, size, dtype=torch.uint8)
     return TaskData(x, torch.zeros(2, dtype=torch.long), x, torch.zeros(2, dtype=torch.long), "image", 49)

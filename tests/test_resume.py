@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import metrics_text, run_cli, wait_for_step
 
-from suite.rundir import RunDir, write_json
+from suite.results.rundir import RunDir, write_json
 
 # A run that takes a few seconds, checkpoints every 100 steps and never stops early.
 LONG = [
@@ -148,8 +148,8 @@ def test_a_torn_last_metrics_line_does_not_stop_a_resume(tmp_path):
 WRITER = """
 import json, sys, time
 from pathlib import Path
-from suite.rundir import RunDir, write_json
-from suite.spec import default_run_dir
+from suite.results.rundir import RunDir, write_json
+from suite.specs.spec import default_run_dir
 root, i = Path(sys.argv[1]), int(sys.argv[2])
 while not (root / "go").exists():
     time.sleep(0.001)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import REPO, PreemptAt, as_cells, metrics_text, run_cli
 
-from suite.backends import groups
-from suite.grid import load
-from suite.spec import resolve
-from suite.train import Preempted, train
+from suite.engine.train import Preempted, train
+from suite.launch.grid import load
+from suite.launch.manifest import groups
+from suite.specs.spec import resolve
 
 TINY = [
     "--set",
@@ -196,7 +196,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, messag
 
 def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
     from suite import SuiteError, register_model
-    from suite.member import Member
+    from suite.engine.member import Member
 
     @register_model("_image_only", inputs=("image",))
     class ImageOnly(torch.nn.Module):

@@ -6,10 +6,10 @@ import json
 import pytest
 from conftest import REPO
 
-from suite.grid import load
-from suite.presets import apply
-from suite.spec import resolve, spec_id
-from suite.tuning import final_cells, parse, tuning_cells
+from suite.launch.grid import load
+from suite.launch.tuning import final_cells, parse, tuning_cells
+from suite.specs.presets import apply
+from suite.specs.spec import resolve, spec_id
 
 GRIDS = sorted((REPO / "suite/grids").glob("*.toml"))
 

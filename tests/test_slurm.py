@@ -19,9 +19,9 @@ import pytest
 from conftest import REPO, metrics_text, run_cli
 
 from suite.cli import main
-from suite.grid import load
-from suite.rundir import RunDir
-from suite.slurm import SlurmOptions, fit_array
+from suite.launch.grid import load
+from suite.launch.slurm import SlurmOptions, fit_array
+from suite.results.rundir import RunDir
 
 TINY = REPO / "suite/grids/tiny.toml"
 

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from conftest import as_cells
 
 from suite import SuiteError
-from suite.measures import LOSSES
-from suite.spec import resolve
-from suite.train import train
+from suite.engine.measures import LOSSES
+from suite.engine.train import train
+from suite.specs.spec import resolve
 
 stablemax = LOSSES["stablemax"]
 

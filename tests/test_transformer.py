@@ -12,10 +12,10 @@ from suite.models.transformer import Transformer
 from suite.tasks.modular import modular
 
 from suite import SuiteError
-from suite.components.optimizers import ParamGroups
-from suite.registry import ALL
-from suite.spec import resolve
-from suite.train import Preempted, train
+from suite.engine.train import Preempted, train
+from suite.specs.contracts import ParamGroups
+from suite.specs.registry import ALL
+from suite.specs.spec import resolve
 
 SMALL = {"d_model": 16, "n_heads": 4, "d_mlp": 32}
 TINY_RUN = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "train.steps": 12, "eval_every": 4, **SMALL}

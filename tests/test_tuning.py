@@ -1,4 +1,4 @@
-"""The tuning protocol (suite/tuning.py, `suite tune`): the same budget for every method, the best
+"""The tuning protocol (suite/launch/tuning.py, `suite tune`): the same budget for every method, the best
 point by held time to target on the tuning seeds, rerun on final seeds tuning never saw."""
 
 import json
@@ -12,11 +12,11 @@ from test_bad_input import refused, snapshot
 
 from suite import SuiteError
 from suite.cli import main
-from suite.grid import load
+from suite.launch.grid import load
+from suite.launch.tuning import Method, parse
 from suite.leaderboard import generate
 from suite.leaderboard.studies import tuning
-from suite.tuning import Method, parse
-from suite.tuning_record import record_of
+from suite.results.tuning_record import record_of
 
 TUNED = TINY_FIXED + textwrap.dedent("""
     [tuning]

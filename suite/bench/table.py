@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from suite.bench.precision import format_precision
-from suite.bench.sections import SECTIONS
+from suite.bench.measure import SECTIONS
+from suite.bench.precision_section import format_precision
 
 
 def _g(flop_per_s: float) -> str:

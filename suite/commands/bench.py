@@ -35,7 +35,7 @@ def add(sub) -> None:
 def run(args) -> int:
     from suite.bench import Options, run_bench
     from suite.bench.table import format_report
-    from suite.train import resolve_device
+    from suite.engine.train import resolve_device
 
     options = Options(
         steps=args.steps, ensembles=args.ensembles, skip=args.skip, quick=args.quick, repeats=args.repeats

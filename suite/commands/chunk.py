@@ -10,6 +10,6 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite.backends import run_chunk
+    from suite.launch.manifest import run_chunk
 
     return run_chunk(args.manifest, args.index)

@@ -26,7 +26,7 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from suite.leaderboard.compare import Side, compare, parse_where, to_markdown
-    from suite.rundir import check_writable, writable_dir, write_atomic
+    from suite.results.rundir import check_writable, writable_dir, write_atomic
 
     if args.out:
         check_writable(Path(args.out))  # before every run is read

@@ -20,7 +20,7 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite.export import export
+    from suite.results.export import export
 
     out = Path(args.out) if args.out else Path(args.root) / "export"
     written, runs, curves = export(args.root, out)

@@ -31,7 +31,7 @@ def experiment(p) -> None:
 
 
 def wandb(p) -> None:
-    from suite.tracking import MODES, default_mode, mode_of
+    from suite.launch.tracking import MODES, default_mode, mode_of
 
     p.add_argument(
         "--wandb",
@@ -40,3 +40,46 @@ def wandb(p) -> None:
         default=default_mode(),
         help="Weights & Biases tracking (default from WANDB_MODE, else online under a sweep agent, else off)",
     )
+
+
+def backend(p) -> None:
+    """How cells run: grid's flags, which `tune` shares."""
+    p.add_argument("--backend", choices=("local", "slurm"), default="local")
+    p.add_argument("--workers", type=int, default=1, help="local: processes at once, one group each (default 1)")
+    p.add_argument(
+        "--ensemble",
+        type=int,
+        default=8,
+        metavar="K",
+        help="at most K cells in a group, trained as one stack (cells that differ only in their seed and "
+        "their task's, optimizer's and filter's settings; default 8: on 2 CPU "
+        "cores K = 8 gave the most runs per hour, see `suite bench`; on a GPU try 32; "
+        "1: every cell on its own)",
+    )
+    root(p)
+    device(p)
+    p.add_argument(
+        "--dry-run", action="store_true", help="local: list the cells to run; slurm: print the sbatch script"
+    )
+    torch_compile(p)
+    wandb(p)
+    sl = p.add_argument_group("slurm (defaults from the grid file's [slurm] table)")
+    sl.add_argument("--partition")
+    sl.add_argument("--time", help="time limit per array task, e.g. 4:00:00")
+    sl.add_argument("--gpus", help="GPUs per array task, e.g. 1 or a100:1")
+    sl.add_argument("--cpus", type=int, help="CPUs per array task (also torch threads)")
+    sl.add_argument("--mem", help="memory per array task, e.g. 8G")
+    sl.add_argument("--account")
+    sl.add_argument("--max-parallel", type=int, help="array tasks running at once")
+    sl.add_argument("--cells-per-task", type=int, help="cells each array task runs in turn (default 1)")
+    sl.add_argument(
+        "--max-requeues", type=int, help="times an array task requeues itself after a checkpointed stop (default 3)"
+    )
+    sl.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an extra #SBATCH line, e.g. --sbatch=--constraint=a100 (repeatable)",
+    )
+    sl.add_argument("--template", help="sbatch template (default slurm/array.sbatch)")

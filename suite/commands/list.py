@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suite.errors import SuiteError
-from suite.registry import ALL, RUNNERS, _closest
+from suite.specs.registry import ALL, RUNNERS, _closest
 
 
 def add(sub) -> None:
@@ -21,7 +21,7 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite.spec import train_params
+    from suite.specs.spec import train_params
 
     registries = {**ALL, "runner": RUNNERS}
     kind, pattern = args.kind, args.pattern
@@ -66,7 +66,7 @@ def _print_kind(registry, kind: str, pattern: str | None, origin: bool) -> int:
 
 
 def _print_presets() -> int:
-    from suite.presets import PRESETS
+    from suite.specs.presets import PRESETS
 
     print("presets (run --preset NAME; explicit flags and --set override them):")
     for preset in PRESETS.values():

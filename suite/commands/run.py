@@ -47,12 +47,12 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite.backends import execute
-    from suite.cell import Cell
-    from suite.results import summary
-    from suite.rundir import RunDir, read_json
-    from suite.spec import default_run_dir, spec_id
-    from suite.train import Preempted, resolve_device
+    from suite.engine.train import Preempted, resolve_device
+    from suite.launch.manifest import execute
+    from suite.results.result import summary
+    from suite.results.rundir import RunDir, read_json
+    from suite.specs.cell import Cell
+    from suite.specs.spec import default_run_dir, spec_id
 
     specs = resolve_specs(args)
     device = resolve_device(args.device)
@@ -81,14 +81,14 @@ def run(args) -> int:
 
 def resolve_specs(args) -> list[dict]:
     """The specs the flags describe: one per seed."""
-    from suite.spec import resolve
+    from suite.specs.spec import resolve
 
     settings = parse_sets(args.set)
     if args.steps is not None:
         settings["train.steps"] = args.steps
     choices = {"task": args.task, "model": args.model, "opt": args.opt, "sampler": args.sampler, "filter": args.filter}
     if args.preset:
-        from suite.presets import apply
+        from suite.specs.presets import apply
 
         choices, settings = apply(args.preset, choices, settings)
     seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed]

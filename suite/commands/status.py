@@ -18,7 +18,7 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite import grid
+    from suite.launch import grid
 
     g = grid.load(args.grid_file, args.root).only(args.experiment)
     if g.tuning is not None:
@@ -35,8 +35,8 @@ def run(args) -> int:
 
 def status_lines(cells: list, root: str | Path, show_done: bool = False) -> list[str]:
     """One line per cell (done ones only if asked), then the counts."""
-    from suite.results import headline
-    from suite.rundir import STATUSES, RunDir, read_json
+    from suite.results.result import headline
+    from suite.results.rundir import STATUSES, RunDir, read_json
 
     lines, counts = [], dict.fromkeys(STATUSES, 0)
     for cell in cells:

@@ -1,5 +1,5 @@
 """`python -m suite tune FILE`: every method of a grid's [tuning] table tuned on the same budget,
-then each one's best point rerun on fresh seeds (suite/tuning.py has the protocol)."""
+then each one's best point rerun on fresh seeds (suite/launch/tuning.py has the protocol)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from suite.commands import flags
-from suite.commands import grid as grid_command
 from suite.errors import SuiteError
 
 
@@ -22,13 +21,14 @@ def add(sub) -> None:
     )
     p.add_argument("grid_file", help="a TOML grid file with a [tuning] table, e.g. suite/grids/tuned.toml")
     flags.experiment(p)
-    grid_command.add_backend_flags(p)
+    flags.backend(p)
 
 
 def run(args) -> int:
-    from suite import grid
-    from suite.tuning import check_cells, choose, final_cells, parse, tuning_cells
-    from suite.tuning_record import record_of, write_record
+    from suite.launch import grid
+    from suite.launch.submit import check_flags, run_grid
+    from suite.launch.tuning import check_cells, choose, final_cells, parse, tuning_cells
+    from suite.results.tuning_record import record_of, write_record
 
     root = Path(args.root)
     whole = grid.load(args.grid_file, root)
@@ -39,11 +39,11 @@ def run(args) -> int:
         raise SuiteError(f"{whole.path}: a tuned grid takes its seeds from [tuning], not from a seed axis")
     check_cells(whole, tuning)  # every experiment: tuned together or one at a time, they share tuning.json
     g = whole.only(args.experiment)
-    grid_command.check_flags(args)
+    check_flags(args)
     record_of(root / "final")  # a damaged tuning.json stops the command here, before anything runs
     first = grid.Grid(f"{g.name}-tuning", g.path, tuning_cells(g, tuning, root / "tuning"), g.slurm)
     grid.check_builds(first.cells)
-    code = grid_command.run_grid(args, first, root / "tuning")
+    code = run_grid(args, first, root / "tuning")
     if code:
         return code
     chosen = choose(g, tuning, root / "tuning")
@@ -54,4 +54,4 @@ def run(args) -> int:
     if not args.dry_run:
         (root / "final").mkdir(parents=True, exist_ok=True)
         write_record(root / "final" / "tuning.json", g, tuning, chosen)
-    return grid_command.run_grid(args, final, root / "final")
+    return run_grid(args, final, root / "final")

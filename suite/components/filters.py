@@ -6,7 +6,7 @@ and numbers only, so checkpoints load with weights_only=True). 'none' changes no
 Filters sit between backward and the optimizer, so they compose with every optimizer
 (Adam-LR included). A filter registered with elementwise=True treats every gradient element
 on its own and keeps any state with the parameter's axes first, so it runs exactly on an
-ensemble's stacked parameters (suite/ensemble.py); orthograd takes norms over whole tensors
+ensemble's stacked parameters (suite/engine/stacked.py); orthograd takes norms over whole tensors
 and is not.
 
 - grokfast_ema / grokfast_ma: Grokfast (Lee et al. 2024, arXiv 2405.20233) amplifies the
@@ -20,7 +20,7 @@ Defaults: grokfast_ema alpha 0.98, lamb 2 (g <- g + lamb * ema(g); the EMA start
 gradient and is updated before it is added); grokfast_ma window 100, lamb 5 (the mean of the
 last `window` raw gradients; like their code it changes nothing until the window is full). The
 EMA and the window are checkpointed, so a resumed run continues exactly. What they measured in
-Grokfast's own setting (`--preset grokfast`, suite/presets.py): leaderboards/README.md.
+Grokfast's own setting (`--preset grokfast`, suite/specs/presets.py): leaderboards/README.md.
 
     python -m suite run --filter grokfast_ema                 # any cell; composes with any optimizer
     python -m suite run --opt adamlr --filter grokfast_ma --set window=50

@@ -9,7 +9,7 @@ al.'s AdamW recipe, decoupled_weight_decay on); `suite list model` shows them, -
 
 elementwise=True marks an optimizer whose update of each element depends on that element
 alone (Adam and its kin, SGD): it trains an ensemble's stacked parameters exactly as K
-separate runs (suite/ensemble.py). adamlr_adaptive reads sigma_max of whole matrices: it
+separate runs (suite/engine/stacked.py). adamlr_adaptive reads sigma_max of whole matrices: it
 is not, and its seeds run one after the other. Adam is not built fused=True although that
 is faster on CPU: the fused kernel's rounding depends on where an element sits in its tensor,
 so a stacked member would no longer equal its separate run bit for bit (the test caught it).
@@ -18,33 +18,13 @@ so a stacked member would no longer equal its separate run bit for bit (the test
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from suite import SuiteError, register_optimizer
-from suite.measures import sigma_max
-
-
-@dataclass
-class ParamGroups:
-    embedding: list[torch.nn.Parameter]
-    coupled: torch.nn.Parameter | None
-    rest: list[torch.nn.Parameter]
-    hidden: list[torch.nn.Parameter] | None = None  # the model's hidden_weights (Muon's matrices), if it names them
-
-    @classmethod
-    def of(cls, model: torch.nn.Module) -> ParamGroups:
-        E = getattr(model, "embedding_weight", None)
-        rest = [p for p in model.parameters() if p is not E]
-        hidden = getattr(model, "hidden_weights", None)
-        return cls([E] if E is not None else [], getattr(model, "coupled_weight", None), rest, hidden)
-
-    @property
-    def all(self) -> list[torch.nn.Parameter]:
-        return self.embedding + self.rest
-
+from suite.engine.measures import sigma_max
+from suite.specs.contracts import ParamGroups
 
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 

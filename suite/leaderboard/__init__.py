@@ -68,8 +68,8 @@ from suite.leaderboard.pages import terminal_summary, training_pages
 from suite.leaderboard.stats import TAU_MAX
 from suite.leaderboard.studies import Board, Files, registered
 from suite.leaderboard.tables import commits_text
-from suite.results import TRAIN
-from suite.rundir import check_writable, write_atomic
+from suite.results.result import TRAIN
+from suite.results.rundir import check_writable, write_atomic
 
 __all__ = ["default_out", "generate", "terminal_summary"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from suite.config import TrainConfig
 from suite.errors import SuiteError
 from suite.leaderboard.tables import fmt_value
-from suite.results import TRAIN, has_full_spec, runner_of
-from suite.spec import spec_id, with_later_defaults
+from suite.results.result import TRAIN, has_full_spec, runner_of
+from suite.specs.config import TrainConfig
+from suite.specs.spec import spec_id, with_later_defaults
 
 COMPONENTS = ("opt", "filter", "sampler")
 # part of the cell: steps to different targets, or held for different windows, do not compare

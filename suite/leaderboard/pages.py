@@ -29,7 +29,7 @@ from suite.leaderboard.tables import (
     steps_text,
     write_csv,
 )
-from suite.spec import LATER_DEFAULTS
+from suite.specs.spec import LATER_DEFAULTS
 
 HEADING = "# Leaderboard: "  # a task/model page's first line: terminal_summary prints those pages
 CSV_COLUMNS = [

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from suite.engine.milestones import Milestones
 from suite.leaderboard.baseline import is_plain, pick_baseline
 from suite.leaderboard.collect import Collection
 from suite.leaderboard.speedup import median_time, permutation_p, ratio, speedup_interval, verdict
-from suite.milestones import Milestones
 
 TAU_MAX = 4.0  # AlgoPerf's
 
@@ -24,7 +24,7 @@ def _stats(values: list) -> tuple[float, float, float]:
 
 def outcome(metrics: pd.DataFrame | None, result: dict, cell: dict, budget: int) -> dict:
     """What one run reached within the cell's budget, read from its metrics by the loop's own rule
-    (suite.measures.Milestones, with the cell's targets and hold): a run that ran longer than the
+    (suite.engine.measures.Milestones, with the cell's targets and hold): a run that ran longer than the
     budget is judged on its evaluations up to it. Without metrics, its result.json's milestones
     (those within the budget). time: the grok step, or inf."""
     mem, target, hold = cell.get("train.memorization", 0.99), cell.get("train.target", 0.99), cell["train.hold"]

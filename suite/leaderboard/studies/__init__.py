@@ -19,7 +19,7 @@ Three places a section can go:
   hold such results.
 
 "table" and "page" sections read training runs (runner "train"); a "board" names the runner
-whose results it reads (suite.results.runner_of). Sections run in the order registered.
+whose results it reads (suite.results.result.runner_of). Sections run in the order registered.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from suite.leaderboard.collect import Collection
-from suite.results import TRAIN
+from suite.results.result import TRAIN
 
 PLACES = ("table", "page", "board")
 

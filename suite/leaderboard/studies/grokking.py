@@ -131,7 +131,7 @@ def split_tokens(cells: dict) -> list | None:
     whose settings this version no longer takes (runs of an older suite)."""
     import torch
 
-    from suite.registry import ALL
+    from suite.specs.registry import ALL
 
     out = []
     for split in split_order(cells):

@@ -1,4 +1,4 @@
-"""The number probes' page (arXiv 2502.16147, suite/probe.py): per run, a table and a plot of
+"""The number probes' page (arXiv 2502.16147, suite/probes/runner.py): per run, a table and a plot of
 every measure per layer, and a summary of the best layers the probe chose."""
 
 from __future__ import annotations

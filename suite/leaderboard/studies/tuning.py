@@ -1,4 +1,4 @@
-"""The tuning behind a board of final runs (`suite tune`, suite/tuning.py): the space each method
+"""The tuning behind a board of final runs (`suite tune`, suite/launch/tuning.py): the space each method
 searched, the trial budget every method got, the seeds, and per cell and method every point tried
 with its scores and the one chosen. Read from ROOT/tuning.json beside the runs."""
 
@@ -14,9 +14,9 @@ from suite.leaderboard.speedup import median_interval
 from suite.leaderboard.stats import TAU_MAX, against_baseline, cell_tables, performance_profile
 from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, p_text, steps_text
-from suite.results import TRAIN
-from suite.rundir import UnreadableFile
-from suite.tuning_record import record_of
+from suite.results.result import TRAIN
+from suite.results.rundir import UnreadableFile
+from suite.results.tuning_record import record_of
 
 
 @section("board", runner=TRAIN)

@@ -1,0 +1,144 @@
+"""The optimizer and gradient filter of a stack, in two kinds with one interface.
+
+`StackedUpdate`: one optimizer and one filter over the stacked parameters. Exact when every
+member has the same settings and both treat each element on its own (registered
+elementwise=True): each member's slice then gets the update its separate run would get.
+
+`MemberUpdates`: one optimizer and one filter per member, each built from that member's own spec
+over its slice of the stacked parameters (a view: the update writes into the stack). Members may
+then differ in any optimizer or filter setting (learning rate, weight decay, Adam-LR's c, a
+filter's strength), and an optimizer or filter that reads whole tensors (Muon, the adaptive c,
+orthograd) sees only its member's: each member is its separate run, step for step. It costs a
+few small kernels per member and tensor, so a stack uses it only when it must.
+
+Both give each member's state in a separate run's format, so a checkpoint resumes in either.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from suite.engine.stacked import Alone, Stacked
+from suite.specs.contracts import GradFilter, ParamGroups, check_built
+from suite.specs.registry import ALL
+from suite.specs.spec import component_settings
+
+
+def elementwise(spec: dict) -> bool:
+    """Do the spec's optimizer and filter treat every element on its own (registered so)?"""
+    return all(ALL[kind].get(spec[kind]["name"]).info.get("elementwise", False) for kind in ("opt", "filter"))
+
+
+def for_stack(specs: list[dict], model: Stacked | Alone, elementwise: bool):
+    """The update a stack of these members needs (see the module)."""
+    same = all(s["opt"] == specs[0]["opt"] and s["filter"] == specs[0]["filter"] for s in specs)
+    if isinstance(model, Alone) or (same and elementwise):
+        return StackedUpdate(specs[0], model)
+    return MemberUpdates(specs, model)
+
+
+class StackedUpdate:
+    def __init__(self, spec: dict, model: Stacked | Alone):
+        self.spec, self.model = spec, model
+        self.optimizer, self.grad_filter = optimizer_and_filter(spec, model)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def filter(self) -> None:
+        self.grad_filter.apply()
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    def states(self) -> list[dict]:
+        """Per member: {"optimizer": ..., "filter": ...} in a separate run's format."""
+        optimizers = self.model.split(self.optimizer.state_dict())
+        filters = self.model.split(self.grad_filter.state_dict())
+        return [{"optimizer": o, "filter": f} for o, f in zip(optimizers, filters)]
+
+    def load(self, states: list[dict]) -> None:
+        self.optimizer.load_state_dict(self.model.join([s["optimizer"] for s in states]))
+        self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
+
+    def keep(self, specs: list[dict], states: list[dict]) -> StackedUpdate:
+        """The update of the smaller stack (after model.keep), from the kept members' states."""
+        update = StackedUpdate(specs[0], self.model)
+        update.load(states)
+        return update
+
+
+class MemberUpdates:
+    def __init__(self, specs: list[dict], model: Stacked):
+        self.specs, self.model = specs, model
+        self.views = [_member_view(model, i) for i in range(model.size)]
+        self.members = [optimizer_and_filter(spec, view) for spec, view in zip(specs, self.views)]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for optimizer, _ in self.members for group in optimizer.param_groups]
+
+    def zero_grad(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+
+    def filter(self) -> None:
+        self._link_grads()
+        for _, grad_filter in self.members:
+            grad_filter.apply()
+
+    def step(self) -> None:  # after filter(), which linked the gradients (a clip scales them in place)
+        for optimizer, _ in self.members:
+            optimizer.step()
+
+    def _link_grads(self) -> None:
+        """Each member's parameters see their slice of the stacked gradients."""
+        for i, view in enumerate(self.views):
+            for name, p in view.named.items():
+                grad = self.model.stacked(name).grad
+                p.grad = None if grad is None else grad[i]
+
+    def states(self) -> list[dict]:
+        return [{"optimizer": o.state_dict(), "filter": f.state_dict()} for o, f in self.members]
+
+    def load(self, states: list[dict]) -> None:
+        for (optimizer, grad_filter), state in zip(self.members, states):
+            optimizer.load_state_dict(state["optimizer"])
+            grad_filter.load_state_dict(state["filter"])
+
+    def keep(self, specs: list[dict], states: list[dict]) -> MemberUpdates:
+        update = MemberUpdates(specs, self.model)
+        update.load(states)
+        return update
+
+
+def _member_view(model: Stacked, i: int) -> SimpleNamespace:
+    """Member i's parameters as leaf tensors sharing the stack's storage, with the roles a
+    builder reads (embedding_weight, coupled_weight, hidden_weights), in the model's own order."""
+    named = {name: model.stacked(name).data[i] for name in model._names}
+    role = {name: named[name] for name in (model._embedding, model._coupled) if name}
+    return SimpleNamespace(
+        named=named,
+        parameters=lambda: iter(named.values()),
+        embedding_weight=role.get(model._embedding),
+        coupled_weight=role.get(model._coupled),
+        hidden_weights=[named[name] for name in model._hidden] if model._hidden is not None else None,
+    )
+
+
+def optimizer_and_filter(spec: dict, model) -> tuple[torch.optim.Optimizer, GradFilter]:
+    """The spec's optimizer and gradient filter over a model's parameters (a member's own, the
+    stack's, or a member's view of it); the learning rate a warmup scales from kept as base_lr."""
+    groups = ParamGroups.of(model)
+    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
+    check_built("optimizer", spec["opt"]["name"], optimizer, torch.optim.Optimizer)
+    for group in optimizer.param_groups:
+        group["base_lr"] = group["lr"]
+    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
+    check_built("filter", spec["filter"]["name"], grad_filter, GradFilter)
+    return optimizer, grad_filter

@@ -1,0 +1,180 @@
+"""The local backend: a grid submission's chunks (suite/launch/manifest.py) run on this machine, one
+process each, N at a time, each with one torch thread (WORKER_ENV). Every cell's outcome is one
+line as its process ends; a full disk, which would fail every cell after it, stops the submission
+and is said once, last, naming the file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from suite.launch.grid import Grid
+from suite.launch.manifest import FULL, WORKER_ENV, new_submission_dir, write_manifest
+from suite.results.result import headline
+from suite.results.rundir import RunDir, check_writable, read_json
+from suite.specs.cell import Cell
+
+
+def check_local(root: str | Path, device: str, cells: list[Cell] = ()) -> None:
+    """What would stop a local grid once it runs, checked before anything is printed or written:
+    a root that cannot be written, a device this machine lacks or a precision it cannot run (else
+    every worker fails on it)."""
+    check_writable(root)
+    if device not in ("auto", "cpu") or any(cell.spec.get("train", {}).get("precision") == "tf32" for cell in cells):
+        from suite.engine import precision
+        from suite.engine.train import resolve_device
+
+        resolved = resolve_device(device)
+        for cell in cells:
+            if "train" in cell.spec:
+                precision.check(cell.spec["train"]["precision"], resolved)
+
+
+def run_local(
+    grid: Grid,
+    cells: list[Cell],
+    root: str | Path,
+    *,
+    workers: int,
+    device: str,
+    wandb: str,
+    ensemble: int,
+    compile: bool,
+) -> int:
+    """Run the chunks (whole groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
+    every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
+    failed, 3 if stopped."""
+    check_local(root, device, cells)
+    workdir = new_submission_dir(root, grid.name)
+    manifest = write_manifest(
+        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile
+    )
+    pool = _Workers(manifest, cells, workers)
+    old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(
+        f"{len(cells)} cells in {len(pool.chunks)} processes (cells differing only in seed train as one ensemble), "
+        f"{workers} at a time; logs in {workdir / 'logs'}",
+        file=sys.stderr,
+    )
+    try:
+        shown, last = {}, time.monotonic()
+        while (pool.pending or pool.running) and not ((pool.stopped or pool.full) and not pool.running):
+            pool.start()
+            time.sleep(0.1)
+            pool.reap()
+            if time.monotonic() - last >= PROGRESS_EVERY_S:
+                last = time.monotonic()
+                logs = [Path(log.name) for _, log in pool.running.values()]
+                for line in progress_lines(logs, shown):
+                    print(line, file=sys.stderr, flush=True)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    left = sum(len(pool.chunks[k]) for k in pool.pending)
+    counts = ", ".join(f"{v} {k}" for k, v in pool.counts.items() if v or k == "done")
+    print(counts + (f", {left} not started" if left else ""), file=sys.stderr)
+    if pool.full:  # said once, last: the cells it stopped were not theirs to fail
+        print(f"{pool.full}; run the same command again once there is room", file=sys.stderr)
+    return 3 if pool.stopped else (1 if pool.counts["failed"] or pool.full else 0)
+
+
+PROGRESS_EVERY_S = 30  # how often a local grid echoes its running processes' latest log lines
+
+
+def progress_lines(logs: list[Path], shown: dict) -> list[str]:
+    """The latest line of each running process's log (its stack's step, members live, milestones)
+    that was not shown before; `shown` remembers, per log, the line last shown."""
+    lines = []
+    for log in logs:
+        try:
+            text = log.read_text(errors="replace").rstrip("\n")
+        except OSError:
+            continue
+        latest = text.rsplit("\n", 1)[-1].strip()
+        if latest and shown.get(log) != latest:
+            shown[log] = latest
+            lines.append(f"  {latest}")
+    return lines
+
+
+class _Workers:
+    """The chunk processes of a local grid submission, at most `workers` at once, and what became of their cells."""
+
+    def __init__(self, manifest: Path, cells: list[Cell], workers: int):
+        self.manifest, self.cells, self.workers = manifest, cells, workers
+        self.chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
+        self.pending, self.running = list(range(len(self.chunks))), {}
+        self.counts = {"done": 0, "failed": 0, "stopped": 0, "skipped": 0, "not run (disk full)": 0}
+        self.stopped = []
+        self.full = None  # the line of the first chunk that met a full disk: no chunk starts after it
+
+    def stop(self, signum, frame) -> None:
+        """SIGINT/SIGTERM: every running chunk checkpoints and stops; none starts."""
+        self.stopped.append(signum)
+        for proc in self.running:
+            proc.send_signal(signal.SIGTERM)
+
+    def start(self) -> None:
+        while self.pending and len(self.running) < self.workers and not self.stopped and not self.full:
+            k = self.pending.pop(0)
+            log = open(self.manifest.parent / "logs" / f"{k:04d}-{self.cells[self.chunks[k][0]].id}.log", "w")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "suite", "chunk", str(self.manifest), str(k)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=os.environ | WORKER_ENV,
+                start_new_session=True,
+            )
+            self.running[proc] = (k, log)
+
+    def reap(self) -> None:
+        """The chunks that ended: one line per cell, with its outcome."""
+        for proc in [p for p in self.running if p.poll() is not None]:
+            k, log = self.running.pop(proc)
+            log.close()
+            if proc.returncode == FULL:
+                self.full = self.full or _last_error(Path(log.name))
+            for i in self.chunks[k]:
+                cell = self.cells[i]
+                outcome = _outcome(proc.returncode, RunDir(cell.run_dir))
+                self.counts[outcome] += 1
+                if outcome != "not run (disk full)":  # said once, at the end
+                    n = sum(self.counts.values())
+                    print(
+                        _outcome_line(n, len(self.cells), outcome, cell, log.name),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+
+def _outcome(returncode: int, rd: RunDir) -> str:
+    if rd.finished:  # an ensemble member may have finished before the rest of its process stopped
+        return "done"
+    if returncode == 3:
+        return "stopped"
+    if returncode == FULL:
+        return "not run (disk full)"
+    return "skipped" if returncode == 0 else "failed"  # skipped: another process holds the cell
+
+
+def _last_error(log: Path) -> str:
+    """A chunk's last line: the error that stopped it, naming the file."""
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return (
+        lines[-1] if lines and lines[-1].startswith("error: ") else f"error: a full disk stopped a worker (see {log})"
+    )
+
+
+def _outcome_line(n: int, total: int, outcome: str, cell: Cell, log: str) -> str:
+    rd = RunDir(cell.run_dir)
+    line = f"[{n}/{total}] {outcome:<7} {rd.path} [{cell.label}]"
+    if outcome == "done":
+        result = read_json(rd / "result.json")
+        line += "".join(f"  {part}" for part in (headline(result), f"{result['wall_s']:.1f} s") if part)
+    elif outcome == "failed":
+        line += f"  (see {log})"
+    return line

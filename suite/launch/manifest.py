@@ -1,0 +1,234 @@
+"""Running many cells: the bookkeeping around train(), manifests and chunks (the local backend
+that runs them on this machine: suite/launch/local.py).
+
+Cells that differ only in their seed and their task's, optimizer's and filter's settings form a
+group (at most `ensemble` cells), which one call of the loop trains as one stack (suite/engine/plan.py):
+the same computation as separate runs.
+A grid submission writes a manifest into ROOT/grids/<grid>/<stamp>/: the cells still to run
+(each with its spec and run dir) and the chunks, each a list of groups of about
+cells_per_task cells (a group is never split). `python -m suite chunk MANIFEST I` runs chunk
+I, group after group, skipping finished cells. The local backend starts one such process per
+chunk, N at a time, each with one torch thread (suite/launch/local.py); a Slurm array task is one chunk
+(suite/launch/slurm.py). Results never go through the manifest: each cell writes its own run dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+from suite.errors import FAULTS, SuiteError, missing_extra
+from suite.launch.grid import Grid
+from suite.results.rundir import RunDir, RunLocked, read_json, writable_dir, write_json
+from suite.specs.cell import Cell
+from suite.specs.spec import shared
+
+FULL = 4  # a chunk's exit code when the machine failed it (a full disk): every cell after would meet it too
+TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
+# The local backend's worker processes share the cores: one torch thread each, and OpenMP threads
+# that sleep while they wait (busy-waiting beside other runs made small steps 7-14x slower).
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def execute(cells: list[Cell], device, *, compile: bool = False, wandb: str = "off") -> list[dict]:
+    """Train the cells whose run folders have not finished (those that have are said so on stderr)
+    and return their results: the one entry point of every command that runs cells. A crash leaves
+    error.json (status 'failed') in each unfinished run folder, a finished run clears it, and the
+    W&B runs are closed whatever happens. A task that trains nothing (the number probes) runs its
+    registered runner, cell after cell, instead of the training loop."""
+    from suite.engine.train import Preempted, train
+    from suite.launch.tracking import make_tracker
+    from suite.specs.spec import runner_of_task
+
+    for cell in cells:
+        if RunDir(cell.run_dir).finished:
+            print(f"already finished: {cell.name}", file=sys.stderr)
+    cells = [c for c in cells if not RunDir(c.run_dir).finished]
+    if not cells:
+        return []
+    dirs = [RunDir(c.run_dir) for c in cells]
+    for rd in dirs:  # before W&B starts: a second process must not write into the owner's W&B run
+        if rd.is_locked():
+            raise RunLocked(f"another process is running this spec in {rd.path}")
+    cells = [c if c.tracker is not None else replace(c, tracker=make_tracker(wandb, c)) for c in cells]
+    live = [c.tracker for c in cells if c.tracker is not None]  # train() starts them once the cells build
+    runner = runner_of_task(cells[0].spec["task"]["name"])
+    try:
+        if runner:
+            results = []
+            for cell in cells:
+                results.append(runner.build(cell.spec, cell.run_dir, device))
+                if cell.tracker is not None:  # the runner's result, sent once it is written
+                    cell.tracker.finish(results[-1])
+        else:
+            results = train(cells, device, compile)
+    except Preempted:
+        for tracker in live:
+            tracker.close(3)
+        raise
+    except SuiteError:  # bad input or another process on it: nothing to record here
+        for tracker in live:
+            tracker.close(1)
+        raise
+    except Exception as err:
+        missing = missing_extra(err) if isinstance(err, ModuleNotFoundError) else None
+        for rd in dirs:
+            if not rd.finished and missing is None:  # an extra not installed is bad input, not a failed run
+                rd.record_failure(err)
+        for tracker in live:
+            tracker.close(1)
+        if missing is not None:
+            raise missing from None
+        raise
+    for rd in dirs:
+        rd.clear_failure()
+    for tracker in live:
+        tracker.close(0)  # no-op unless train() found the cell finished by another process
+    return results
+
+
+def statuses(cells: list[Cell]) -> list[str]:
+    return [RunDir(cell.run_dir).status() for cell in cells]
+
+
+# --- manifests and chunks -------------------------------------------------------------------------
+
+
+def new_submission_dir(root: str | Path, grid_name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    path = Path(root).resolve() / "grids" / grid_name / stamp
+    writable_dir(path / "logs")
+    return path
+
+
+def groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
+    """Indices of the cells that differ only in their seed and their task's, optimizer's and
+    filter's settings (suite.specs.spec.shared), in grid order, at most `ensemble` per group: each group
+    trains as one stack (or as several, when the settings change a tensor's size)."""
+    by_rest: dict[str, list[int]] = {}
+    for i, cell in enumerate(cells):
+        rest = json.dumps(shared(cell.spec), sort_keys=True)
+        by_rest.setdefault(rest, []).append(i)
+    return [group[j : j + ensemble] for group in by_rest.values() for j in range(0, len(group), ensemble)]
+
+
+def plan_chunks(cells: list[Cell], cells_per_task: int, ensemble: int) -> list[list[list[int]]]:
+    """Chunks (one per process or array task) of whole groups, each of at least
+    cells_per_task cells where the groups allow it."""
+    chunks: list[list[list[int]]] = []
+    for group in groups(cells, ensemble):
+        if not chunks or sum(map(len, chunks[-1])) >= cells_per_task:
+            chunks.append([])
+        chunks[-1].append(group)
+    return chunks
+
+
+def write_manifest(
+    workdir: Path,
+    grid: Grid,
+    cells: list[Cell],
+    root: str | Path,
+    *,
+    device: str,
+    wandb: str,
+    cells_per_task: int,
+    ensemble: int,
+    compile: bool,
+) -> Path:
+    root = Path(root).resolve()
+    chunks = plan_chunks(cells, cells_per_task, ensemble)
+    manifest = {
+        "grid": grid.name,
+        "source": str(grid.path.resolve()),
+        "root": str(root),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "device": device,
+        "wandb": wandb,
+        "compile": compile,
+        "cells_per_task": cells_per_task,
+        "ensemble": ensemble,
+        "n_tasks": len(chunks),
+        "chunks": chunks,
+        "cells": [c.to_json() | {"run_dir": str(c.run_dir.resolve())} for c in cells],  # read from any folder
+    }
+    write_json(workdir / "manifest.json", manifest)
+    return workdir / "manifest.json"
+
+
+_stop_requested: list[str] = []
+
+
+def catch_stop_signals() -> None:
+    """Remember a USR1/TERM that arrives before the training loop takes over the signals (torch
+    is still importing, or between cells) instead of dying of it: the chunk then stops, exit 3."""
+
+    def remember(signum, frame):
+        _stop_requested.append(signal.Signals(signum).name)
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, remember)
+
+
+def run_chunk(manifest_path: str | Path, index: int) -> int:
+    """Run chunk `index` of a manifest. Exit code: 0 all done, 1 a cell failed, 3 preempted, FULL
+    the disk is full (said in one last line naming the file)."""
+    catch_stop_signals()
+    from suite.engine.train import resolve_device
+
+    try:
+        manifest = read_json(manifest_path)
+    except (FileNotFoundError, ValueError) as err:
+        raise SuiteError(f"cannot read manifest {manifest_path}: {err}") from None
+    if not 0 <= index < manifest["n_tasks"]:
+        raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_tasks'] - 1}, not {index}")
+    device = resolve_device(manifest["device"])
+    failed = 0
+    for group in manifest["chunks"][index]:
+        cells = [Cell.from_json({"grid": manifest["grid"]} | manifest["cells"][i]) for i in group]
+        pending = [c for c in cells if not RunDir(c.run_dir).finished]
+        if pending and _stop_requested:
+            print(f"stopped by {_stop_requested[0]} before {pending[0].run_dir}", file=sys.stderr)
+            return 3
+        code = _run_group(manifest, cells, pending, device)
+        if code in (3, FULL):  # preempted: the rest runs when the task is requeued; a full disk: nothing would
+            return code
+        failed += code
+    return 1 if failed else 0
+
+
+def _run_group(manifest: dict, cells: list[Cell], pending: list[Cell], device) -> int:
+    """One group of a chunk, its progress said on stderr: 3 preempted, FULL the disk is full,
+    else 1 if its cells failed, 0 if not."""
+    from suite.engine.train import Preempted
+
+    names = "\n  ".join(c.name for c in pending)
+    if pending:
+        many = f"running {len(pending)} cells as one group:\n  {names}"
+        print(f"running {names}" if len(pending) == 1 else many, file=sys.stderr, flush=True)
+    try:
+        execute(cells, device, compile=manifest.get("compile", False), wandb=manifest["wandb"])
+    except Preempted as stop:
+        print(f"stopped: {stop}", file=sys.stderr)
+        return 3
+    except RunLocked as err:
+        print(f"skipped: {err}", file=sys.stderr)
+    except SuiteError as err:  # bad input found only when building (e.g. a model that cannot read the task)
+        for cell in pending:
+            RunDir(cell.run_dir).record_failure(err)
+        print(f"failed: {names}: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        if isinstance(err, OSError) and err.errno in FAULTS:  # not the cells' failure: every cell after would meet it
+            print(f"error: {err.filename}: {err.strerror}", file=sys.stderr)
+            return FULL
+        print(f"failed: {names}:\n{traceback.format_exc()}", file=sys.stderr)
+        return 1
+    if pending:
+        print(f"finished {names}", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,240 @@
+"""The Slurm backend: one array job per grid submission, rendered from slurm/array.sbatch.
+
+Settings come from the grid file's [slurm] table, then the command line. Everything is checked
+and rendered before anything is written; the manifest and script are written, then sbatch
+submits the whole array at once (or refuses it: then the files are removed again), so a
+submission never happens half-way.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from suite.errors import SuiteError
+from suite.launch.grid import Cell, Grid
+from suite.launch.manifest import new_submission_dir, plan_chunks, write_manifest
+
+_INSTALLED = Path(__file__).resolve().parent / "slurm_template" / "array.sbatch"  # from a wheel
+TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parent.parent / "slurm" / "array.sbatch"
+MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0..1000)
+PROGRESS_MARGIN_S = 240  # the least a task should train between its start and its USR1 (start-up is ~10-60 s)
+
+
+def time_seconds(text: str) -> int | None:
+    """Slurm's --time in seconds ("minutes", "m:s", "h:m:s", "d-h", "d-h:m", "d-h:m:s"); None for
+    UNLIMITED / INFINITE; SuiteError for anything else."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = rest.split(":")
+    try:
+        numbers = [int(days)] + [int(p) for p in parts]
+    except ValueError:
+        numbers = None
+    if numbers is None or len(parts) > 3 or min(numbers) < 0:
+        raise SuiteError(f"slurm time must read minutes, m:s, h:m:s or d-h[:m[:s]], got {text!r}")
+    d, *clock = numbers
+    if "-" in text:  # d-h, d-h:m, d-h:m:s
+        h, m, s = (clock + [0, 0])[:3]
+    else:  # m, m:s, h:m:s
+        h, m, s = (0, clock[0], 0) if len(clock) == 1 else (0, *clock) if len(clock) == 2 else tuple(clock)
+    return ((d * 24 + h) * 60 + m) * 60 + s
+
+
+@dataclass
+class SlurmOptions:
+    partition: str | None = None
+    time: str | None = None  # e.g. 2:00:00; Slurm checks the format
+    gpus: str | None = None  # a count, or type:count
+    cpus: int | None = None  # --cpus-per-task; also the run's torch threads
+    mem: str | None = None  # e.g. 8G
+    account: str | None = None
+    max_parallel: int | None = None  # array tasks running at once (%N)
+    cells_per_task: int = 1
+    signal_seconds: int = 120  # USR1 this long before the time limit (it may come up to 60 s early)
+    max_requeues: int = 3  # a task requeued this often stops requeueing itself (submitit's default)
+    sbatch: list[str] = field(default_factory=list)  # extra #SBATCH lines, e.g. "--constraint=a100"
+    setup: list[str] = field(default_factory=list)  # shell lines before Python starts, e.g. "module load cuda"
+
+    @classmethod
+    def merge(cls, from_grid: dict, **flags) -> SlurmOptions:
+        """The grid file's [slurm] table, overridden by the flags given (None = not given)."""
+        values = {}
+        for f in fields(cls):
+            if flags.get(f.name) not in (None, []):
+                values[f.name] = flags[f.name]
+            elif f.name in from_grid:
+                values[f.name] = from_grid[f.name]
+        options = cls(**values)
+        options.check()
+        return options
+
+    def check(self) -> None:
+        for name in ("partition", "time", "gpus", "mem", "account"):
+            value = getattr(self, name)
+            if value is not None:
+                value = str(value)
+                if not value.strip() or any(c.isspace() for c in value):
+                    raise SuiteError(f"slurm {name} must be one word, got {value!r}")
+                setattr(self, name, value)
+        for name, least in (
+            ("cpus", 1),
+            ("max_parallel", 1),
+            ("cells_per_task", 1),
+            ("signal_seconds", 0),
+            ("max_requeues", 0),
+        ):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise SuiteError(f"slurm {name} must be an integer >= {least}, got {value!r}")
+        for name in ("sbatch", "setup"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) and "\n" not in v for v in value):
+                raise SuiteError(f"slurm {name} must be a list of one-line strings")
+        self.sbatch = [_sbatch_option(line) for line in self.sbatch]
+        limit = time_seconds(self.time) if self.time is not None else None
+        if limit is not None and limit <= self.signal_seconds + PROGRESS_MARGIN_S:
+            raise SuiteError(
+                f"slurm time {self.time} is not longer than the USR1 warning ({self.signal_seconds} s before "
+                f"the limit) plus {PROGRESS_MARGIN_S} s: each task would be signalled before it made "
+                "progress, and requeue forever"
+            )
+
+    def sbatch_lines(self, n_array: int, log_dir: Path, job_name: str) -> list[str]:
+        array = f"0-{n_array - 1}" + (f"%{self.max_parallel}" if self.max_parallel else "")
+        options = [
+            f"--job-name={job_name}",
+            f"--array={array}",
+            f"--output={log_dir}/%A_%a.out",
+            "--open-mode=append",
+            "--requeue",
+            f"--signal=B:USR1@{self.signal_seconds}",
+        ]
+        for flag, value in (
+            ("--partition", self.partition),
+            ("--time", self.time),
+            ("--gpus", self.gpus),
+            ("--cpus-per-task", self.cpus),
+            ("--mem", self.mem),
+            ("--account", self.account),
+        ):
+            if value is not None:
+                options.append(f"{flag}={value}")
+        return [f"#SBATCH {option}" for option in options + self.sbatch]
+
+
+def _sbatch_option(line: str) -> str:
+    """Accept "--constraint=a100" or "#SBATCH --constraint=a100"; keep the option."""
+    option = line.strip().removeprefix("#SBATCH").strip()
+    if not option.startswith("-"):
+        raise SuiteError(f"extra sbatch line {line!r} must be an option such as --constraint=a100")
+    return option
+
+
+def render(
+    grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE, ensemble: int = 1
+) -> str:
+    try:
+        text = Path(template).read_text()
+    except FileNotFoundError:
+        raise SuiteError(
+            f"sbatch template {template} not found (install the suite from its source tree: "
+            "pip install -e ., or pass --template)"
+        ) from None
+    values = {
+        "grid_file": str(grid.path),
+        "cells_per_task": str(options.cells_per_task),
+        "sbatch_lines": "\n".join(
+            options.sbatch_lines(
+                len(plan_chunks(cells, options.cells_per_task, ensemble)), workdir / "logs", f"suite-{grid.name}"
+            )
+        ),
+        "signal_seconds": str(options.signal_seconds),
+        "max_requeues": str(options.max_requeues),
+        "setup": "\n".join(options.setup),
+        "workdir": shlex.quote(str(Path.cwd())),
+        "python": shlex.quote(sys.executable),
+        "manifest": shlex.quote(str(workdir / "manifest.json")),
+    }
+
+    def fill(match):
+        if match.group(1) not in values:
+            raise SuiteError(f"{template}: unknown placeholder {{{{ {match.group(1)} }}}}")
+        return values[match.group(1)]
+
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", fill, text)
+
+
+def fit_array(options: SlurmOptions, cells: list[Cell], ensemble: int) -> None:
+    """More cells per task when the array would pass Slurm's default MaxArraySize."""
+    n = len(plan_chunks(cells, options.cells_per_task, ensemble))
+    if n > MAX_ARRAY_TASKS:
+        options.cells_per_task = -(-len(cells) // MAX_ARRAY_TASKS)
+        print(
+            f"note: {len(cells)} cells: {options.cells_per_task} cells per array task to stay within "
+            f"{MAX_ARRAY_TASKS} tasks",
+            file=sys.stderr,
+        )
+
+
+def find_sbatch() -> str:
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        raise SuiteError(
+            "sbatch not found: Slurm is not installed here (try --dry-run to see the script, or --backend local)"
+        )
+    return sbatch
+
+
+def submit(
+    grid: Grid,
+    cells: list[Cell],
+    root: str | Path,
+    options: SlurmOptions,
+    *,
+    sbatch: str | None,
+    device: str,
+    wandb: str,
+    ensemble: int,
+    compile: bool = False,
+    template: Path = TEMPLATE,
+) -> str:
+    """Write the manifest and script and submit them with `sbatch`; returns the job id.
+    sbatch None (a dry run): return the script, write nothing."""
+    fit_array(options, cells, ensemble)
+    if sbatch is None:
+        placeholder = Path(root).resolve() / "grids" / grid.name / "<submission>"
+        return render(grid, options, cells, placeholder, template, ensemble)
+    workdir = new_submission_dir(root, grid.name)
+    try:
+        script = render(grid, options, cells, workdir, template, ensemble)
+        write_manifest(
+            workdir,
+            grid,
+            cells,
+            root,
+            device=device,
+            wandb=wandb,
+            cells_per_task=options.cells_per_task,
+            ensemble=ensemble,
+            compile=compile,
+        )
+        (workdir / "job.sbatch").write_text(script)
+        proc = subprocess.run(
+            [sbatch, "--parsable", str(workdir / "job.sbatch")], capture_output=True, text=True, timeout=120
+        )
+        if proc.returncode != 0:
+            reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
+            raise SuiteError(f"sbatch refused the job: {reason[-1].removeprefix('sbatch: error: ')}")
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    job_id = proc.stdout.strip().split(";")[0]
+    (workdir / "job_id").write_text(job_id + "\n")
+    return job_id

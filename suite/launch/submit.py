@@ -1,0 +1,113 @@
+"""A grid's cells run by the grid command's flags (shared with `tune`): listed (--dry-run), run on
+this machine (launch/local.py) or submitted as a Slurm array job (launch/slurm.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from suite.errors import SuiteError
+
+
+def check_flags(args) -> None:
+    """The flags grid and tune share, checked once, before anything is planned or written."""
+    from suite.launch.tracking import check_mode
+
+    for flag, value in (("--ensemble", args.ensemble), ("--workers", args.workers)):  # Slurm's: SlurmOptions
+        if value < 1:
+            raise SuiteError(f"{flag} must be at least 1, got {value}")
+    check_mode(args.wandb)  # here, not in every cell's process (an error.json each)
+
+
+def run_grid(args, g, root) -> int:
+    """The cells of g that are not done or running, under root: listed (--dry-run), run here, or submitted."""
+    from suite.launch import local
+
+    if args.backend == "slurm":
+        return _slurm(args, g, root)
+    if not args.dry_run:
+        local.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
+    summary, todo = _plan(g)
+    print(summary, file=sys.stderr)
+    if not todo:
+        return 0
+    if args.dry_run:
+        for cell in todo:
+            print(f"{cell.run_dir}  [{cell.label}]")
+        return 0
+    return local.run_local(
+        g,
+        todo,
+        root,
+        workers=args.workers,
+        device=args.device,
+        wandb=args.wandb,
+        ensemble=args.ensemble,
+        compile=args.compile,
+    )
+
+
+def _plan(g) -> tuple[str, list]:
+    """How many cells are done, running and to run (a line), and the cells to run."""
+    from suite.launch import manifest
+
+    status = manifest.statuses(g.cells)
+    todo = [c for c, s in zip(g.cells, status) if s in manifest.TO_RUN]
+    return (
+        f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
+        f"{len(todo)} to run"
+    ), todo
+
+
+def _slurm(args, g, root) -> int:
+    from suite.launch import manifest
+    from suite.launch.slurm import TEMPLATE, SlurmOptions, find_sbatch, submit
+
+    # the options (and that sbatch exists) are checked before anything else happens
+    options = SlurmOptions.merge(
+        g.slurm,
+        partition=args.partition,
+        time=args.time,
+        gpus=args.gpus,
+        cpus=args.cpus,
+        mem=args.mem,
+        account=args.account,
+        max_parallel=args.max_parallel,
+        cells_per_task=args.cells_per_task,
+        max_requeues=args.max_requeues,
+        sbatch=args.sbatch,
+    )
+    sbatch = None if args.dry_run else find_sbatch()
+    summary, todo = _plan(g)
+    if args.dry_run or not todo:
+        print(summary, file=sys.stderr)
+    if not todo:
+        return 0
+    out = submit(
+        g,
+        todo,
+        root,
+        options,
+        sbatch=sbatch,
+        device=args.device,
+        wandb=args.wandb,
+        ensemble=args.ensemble,
+        compile=args.compile,
+        template=Path(args.template) if args.template else TEMPLATE,
+    )
+    if options.time is None:
+        print(
+            "warning: no --time (or [slurm] time): the partition's default limit applies, and each task "
+            f"checkpoints only when Slurm's USR1 comes, {options.signal_seconds} s before it",
+            file=sys.stderr,
+        )
+    if args.dry_run:
+        print(out, end="")
+        return 0
+    n_tasks = len(manifest.plan_chunks(todo, options.cells_per_task, args.ensemble))
+    print(
+        f"{summary}; submitted array job {out} ({n_tasks} tasks); follow with: python -m suite status {args.grid_file}",
+        file=sys.stderr,
+    )
+    print(out)
+    return 0

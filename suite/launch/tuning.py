@@ -1,0 +1,315 @@
+"""Every method tuned on the same budget, then judged on seeds tuning never saw.
+
+The protocol follows AlgoPerf's external tuning ruleset (Dahl et al., arXiv 2306.07179, and the
+AlgoPerf rules): a submission declares a search space, every submission gets the same number of
+trials, and the score comes from runs separate from the tuning. Here, for each cell of the grid
+(its [fixed] and [axes]) and each method of its [tuning] table:
+
+1. tuning: `trials` points drawn from the method's space (the same N for every method; a
+   deterministic draw, seeded by the method's name), each run on every tuning seed;
+2. choice: the point with the smallest held time to target, median over the tuning seeds (a
+   failed seed counting as infinity), ties to the higher median best val accuracy, then the
+   earlier point;
+3. final: that point run on the final seeds, which must be 5 or more and none of them a tuning
+   seed. Only these runs count in the leaderboard of ROOT/final, beside tuning.json: the space,
+   N, the seeds, and per cell and method every point tried with its scores and the one chosen.
+
+    [tuning]
+    trials = 8                        # N: points per method per cell
+    tuning_seeds = [100, 101]
+    final_seeds = [0, 1, 2, 3, 4]
+    [tuning.methods.adamw]            # a method: its components and settings, and its space
+    opt = "adamw"
+    space = { lr = { log = [1e-4, 1e-2] }, weight_decay = [0.1, 1.0] }
+
+A space maps a setting to a list (drawn uniformly), `{ log = [lo, hi] }` (log-uniform) or
+`{ range = [lo, hi] }` (uniform). `python -m suite tune GRID --root ROOT` runs both phases, and
+skips what is done: run it again after a Slurm submission of the tuning runs to submit the finals.
+A grid whose cells tuning.json could not tell apart (two of one name, or two that a method makes
+one spec) is refused before anything runs (check_cells); suite/results/tuning_record.py reads and writes
+tuning.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from suite.engine.milestones import Milestones
+from suite.errors import SuiteError
+from suite.launch.grid import KINDS, Grid
+from suite.results.rundir import RunDir, UnreadableFile
+from suite.specs.cell import Cell
+from suite.specs.spec import default_run_dir, resolve, spec_id
+
+MIN_FINAL_SEEDS = 5  # the fewest seeds a verdict rests on (leaderboards/README.md, How verdicts are judged)
+TUNING_KEYS = ("trials", "tuning_seeds", "final_seeds", "methods")
+
+
+@dataclass
+class Method:
+    name: str
+    fixed: dict  # component names and settings every point of the method has
+    space: dict  # setting -> list, ("log", lo, hi) or ("range", lo, hi)
+    baseline: str | None = None  # the method its verdict is against (leaderboard's tuning.md)
+
+    def points(self, n: int) -> list[dict]:
+        """n points of the space, the same on every machine and call (seeded by the method's name). A
+        space of lists only is a grid: n of its points without repeats, in a shuffled order."""
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(self.name.encode()).digest()[:8], "little"))
+        if all(isinstance(values, list) for values in self.space.values()):
+            grid = [dict(zip(self.space, combo)) for combo in itertools.product(*self.space.values())]
+            if n > len(grid):
+                raise SuiteError(f"method '{self.name}': its space holds {len(grid)} points, fewer than trials = {n}")
+            return [grid[i] for i in rng.permutation(len(grid))[:n]]
+        points = []
+        for _ in range(n):
+            point = {}
+            for key, values in self.space.items():
+                if isinstance(values, list):
+                    point[key] = values[int(rng.integers(len(values)))]
+                else:
+                    kind, lo, hi = values
+                    u = float(rng.random())
+                    point[key] = float(lo * (hi / lo) ** u) if kind == "log" else float(lo + (hi - lo) * u)
+            points.append(point)
+        return points
+
+
+@dataclass
+class Tuning:
+    trials: int
+    tuning_seeds: list[int]
+    final_seeds: list[int]
+    methods: list[Method] = field(default_factory=list)
+
+
+def parse(raw: dict, where: str) -> Tuning:
+    """The [tuning] table, checked: one line on any bad input."""
+    where = f"{where} [tuning]"
+    for key in raw:
+        if key not in TUNING_KEYS:
+            raise SuiteError(f"{where}: unknown key '{key}'; known: {', '.join(TUNING_KEYS)}")
+    trials = raw.get("trials")
+    if not isinstance(trials, int) or isinstance(trials, bool) or not 1 <= trials <= 1000:
+        raise SuiteError(f"{where}: trials must be an integer in [1, 1000], got {trials!r}")
+    seeds = {key: raw.get(key) for key in ("tuning_seeds", "final_seeds")}
+    for key, value in seeds.items():
+        if not (isinstance(value, list) and value and all(_seed(s) for s in value)):
+            raise SuiteError(f"{where}: {key} must be a list of non-negative integers, got {value!r}")
+        if twice := sorted({s for s in value if value.count(s) > 1}):
+            raise SuiteError(f"{where}: {key} lists seeds {twice} more than once; a seed is one run")
+    if overlap := sorted(set(seeds["tuning_seeds"]) & set(seeds["final_seeds"])):
+        raise SuiteError(f"{where}: seeds {overlap} are both tuning and final seeds; the final runs must be fresh")
+    if len(seeds["final_seeds"]) < MIN_FINAL_SEEDS:
+        raise SuiteError(f"{where}: final_seeds must hold {MIN_FINAL_SEEDS} seeds or more, got {seeds['final_seeds']}")
+    methods = raw.get("methods")
+    if not isinstance(methods, dict) or not methods:
+        raise SuiteError(f"{where}: methods must be a table of methods, [tuning.methods.NAME]")
+    out = Tuning(trials, seeds["tuning_seeds"], seeds["final_seeds"])
+    for name, body in methods.items():
+        if not isinstance(body, dict):
+            raise SuiteError(f"{where}: method '{name}' must be a table")
+        body = dict(body)
+        space, baseline = body.pop("space", {}), body.pop("baseline", None)
+        for key, value in body.items():  # what grid files refuse in [fixed], refused here too
+            if key in KINDS and not isinstance(value, str):
+                raise SuiteError(f"{where}: method '{name}': {key} takes a component name, got {value!r}")
+            if isinstance(value, dict):
+                raise SuiteError(f"{where}: method '{name}': '{key}' must be a value, got a table")
+        if not isinstance(space, dict):
+            raise SuiteError(f"{where}: the space of method '{name}' must be a table")
+        if baseline is not None and (not isinstance(baseline, str) or baseline not in methods or baseline == name):
+            raise SuiteError(f"{where}: method '{name}': baseline must name another method, got {baseline!r}")
+        space = {key: _space(value, f"{where} {name}.space.{key}") for key, value in space.items()}
+        out.methods.append(Method(name, body, space, baseline))
+    return out
+
+
+def _seed(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _space(value, where: str):
+    if isinstance(value, list) and value:
+        return value
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("log", "range"):
+        ((kind, bounds),) = value.items()
+        if (
+            isinstance(bounds, list)
+            and len(bounds) == 2
+            and all(isinstance(b, int | float) for b in bounds)
+            and bounds[0] < bounds[1]
+            and (kind == "range" or bounds[0] > 0)
+        ):
+            return (kind, float(bounds[0]), float(bounds[1]))
+    raise SuiteError(
+        f"{where}: a space is a non-empty list, {{ log = [lo, hi] }} (0 < lo < hi) or "
+        f"{{ range = [lo, hi] }} (lo < hi), got {value!r}"
+    )
+
+
+def spec_for(base: dict, method: Method, point: dict, seed: int, where: str) -> dict:
+    """A base cell's spec with the method's components and settings and one point of its space."""
+    choices = {k: v for k, v in method.fixed.items() if k in KINDS}
+    settings = {k: v for k, v in method.fixed.items() if k not in KINDS}
+    keep = ["task", "model", "train"] + (["sampler"] if "sampler" not in choices else [])
+    base_settings = {f"{kind}.{k}": v for kind in keep for k, v in base[kind].items() if k != "name"}
+    try:
+        return resolve(
+            {
+                "task": base["task"]["name"],
+                "model": base["model"]["name"],
+                **({"sampler": base["sampler"]["name"]} if "sampler" not in choices else {}),
+                **choices,
+            },
+            {**base_settings, **settings, **point},
+            seed,
+        )
+    except SuiteError as err:
+        raise SuiteError(f"{where}: method '{method.name}': {err}") from None
+
+
+def check_cells(grid: Grid, tuning: Tuning) -> None:
+    """tuning.json (and the board's tuning.md) know a cell by its name, and a cell's runs by the
+    specs a method makes of it: two cells of one name would take each other's choices, and two
+    that a method makes the same spec would share one set of runs under two names. Refused in
+    one line, before anything runs. Checked over every experiment: they share tuning.json."""
+    where, named = str(grid.path), {}
+    for cell in grid.cells:
+        if named.setdefault(_name(cell), cell) is not cell:
+            raise SuiteError(
+                f"{where}: two cells are both '{_name(cell)}' (experiment and axis values), the name "
+                "tuning.json knows a cell by: give each [[experiment]] a name of its own"
+            )
+    for method in tuning.methods:
+        # every point sets the same keys, so cells one point makes the same spec, every point does
+        point, seed, made = method.points(tuning.trials)[0], tuning.tuning_seeds[0], {}
+        for cell in grid.cells:
+            other = made.setdefault(spec_id(spec_for(cell.spec, method, point, seed, where)), cell)
+            if other is not cell:
+                raise SuiteError(
+                    f"{where}: method '{method.name}' replaces what cells [{_name(other)}] and [{_name(cell)}] "
+                    f"differ in ({', '.join(_differences(other.spec, cell.spec))}), so it would run them as one "
+                    "cell: take that axis out of the grid, or the setting out of the method"
+                )
+
+
+def _differences(a: dict, b: dict) -> list[str]:
+    """The settings (kind.key) in which two specs differ."""
+    flat_a, flat_b = (_flat(spec) for spec in (a, b))
+    return sorted(k for k in flat_a.keys() | flat_b.keys() if flat_a.get(k) != flat_b.get(k))
+
+
+def _flat(spec: dict) -> dict:
+    return {f"{kind}.{k}": v for kind, part in spec.items() if isinstance(part, dict) for k, v in part.items()}
+
+
+def tuning_cells(grid: Grid, tuning: Tuning, root: Path) -> list[Cell]:
+    """Every cell x method x point x tuning seed, its run folder under root."""
+    where, cells = str(grid.path), {}
+    for cell in grid.cells:
+        for method in tuning.methods:
+            for k, point in enumerate(method.points(tuning.trials)):
+                for seed in tuning.tuning_seeds:
+                    spec = spec_for(cell.spec, method, point, seed, where)
+                    label, experiment = _label(cell, method, k, seed), f"tuning/{method.name}"
+                    run_dir = default_run_dir(spec, root)
+                    cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-tuning", experiment))
+    return list(cells.values())
+
+
+def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
+    """Per cell and method, every point's scores and the point chosen; None while a tuning run is missing."""
+    chosen = []
+    for cell in grid.cells:
+        for method in tuning.methods:
+            tried = []
+            for k, point in enumerate(method.points(tuning.trials)):
+                specs = [spec_for(cell.spec, method, point, seed, str(grid.path)) for seed in tuning.tuning_seeds]
+                dirs = [RunDir(default_run_dir(spec, root)) for spec in specs]
+                if not all(d.finished for d in dirs):
+                    return None
+                reached = [_reached(d, spec) for d, spec in zip(dirs, specs)]
+                times = [math.inf if m.grok_step is None else float(m.grok_step) for m in reached]
+                best_val = [m.best_val_acc or 0.0 for m in reached]
+                tried.append(
+                    {
+                        "point": k,
+                        "settings": point,
+                        "times": times,
+                        "median_time": float(np.median(times)),
+                        "median_best_val": float(np.median(best_val)),
+                    }
+                )
+            winner = min(tried, key=lambda t: (t["median_time"], -t["median_best_val"], t["point"]))
+            chosen.append(
+                {
+                    "cell": _name(cell),
+                    "method": method.name,
+                    "chosen": winner["point"],
+                    "settings": winner["settings"],
+                    "tried": tried,
+                }
+            )
+    return chosen
+
+
+def _reached(run_dir: RunDir, spec: dict) -> Milestones:
+    """What a finished tuning run reached, judged from its evaluations by the one success rule
+    (suite.engine.milestones), as the board does. A history that is gone or not evaluations would judge
+    the run a failure: one line naming the file instead."""
+    records, path = run_dir.read_metrics(), run_dir / "metrics.jsonl"
+    if not records or not all(_evaluation(r) for r in records):
+        raise UnreadableFile(
+            f"{path} {'holds no evaluations' if not records else 'holds a line that is not an evaluation'}, "
+            "though the run finished: delete its run dir to run it again"
+        )
+    return Milestones.of(records, *_targets(spec))
+
+
+def _evaluation(record) -> bool:
+    number = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
+    return (
+        isinstance(record, dict)
+        and _seed(record.get("step"))
+        and number(record.get("val_acc"))
+        and number(record.get("train_acc"))
+    )
+
+
+def _targets(spec: dict) -> tuple[float, float, int]:
+    train = spec["train"]
+    return train["memorization"], train["target"], train["hold"]
+
+
+def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> list[Cell]:
+    """Each chosen point on the final seeds, its run folder under root; records the run ids in its
+    entry ("final_runs"), by which the leaderboard finds a method's final runs."""
+    by = {(c["cell"], c["method"]): c for c in chosen}
+    cells = {}  # two methods that chose the same settings share their final runs
+    for cell in grid.cells:
+        for method in tuning.methods:
+            entry = by[_name(cell), method.name]
+            where = str(grid.path)
+            specs = [spec_for(cell.spec, method, entry["settings"], seed, where) for seed in tuning.final_seeds]
+            entry["final_runs"] = [spec_id(spec) for spec in specs]
+            for spec in specs:
+                label = _label(cell, method, entry["chosen"], spec["seed"])
+                run_dir = default_run_dir(spec, root)
+                cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-final", method.name))
+    return list(cells.values())
+
+
+def _name(cell: Cell) -> str:
+    """A base cell's name in tuning.json: its experiment and axis values (e.g. "mlp task=modular op=add")."""
+    return " ".join(part for part in (cell.experiment, cell.label) if part)
+
+
+def _label(cell: Cell, method: Method, point: int, seed: int) -> str:
+    return f"{_name(cell)} method={method.name} point={point} seed={seed}"

@@ -1,0 +1,307 @@
+"""One directory per run: spec.json, metrics.jsonl, checkpoints, and result.json last.
+
+Every file that marks progress is written to a temporary name and renamed into place, so a
+reader (or a crash) never sees half a file; result.json appearing is what "finished" means.
+A lock file keeps two processes off the same run; error.json records a crash, so a run dir
+alone says whether its cell is done, running, failed, interrupted (a checkpoint, nobody on
+it) or missing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from suite.errors import SuiteError
+from suite.results.result import has_full_spec
+
+CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
+STATUSES = ("done", "running", "failed", "interrupted", "missing")
+
+
+class RunLocked(SuiteError):
+    """Another process holds this run dir."""
+
+
+class UnreadableFile(SuiteError, ValueError):
+    """A file the suite wrote, found damaged (truncated, emptied, edited): bad input, one line."""
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:  # a full disk: say which file could not be written
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    write_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UnreadableFile(f"{path} is not valid JSON ({err}); delete it if it is damaged") from None
+
+
+def check_writable(path: Path) -> None:
+    """Raise SuiteError unless path is a writable directory or could be made one; creates nothing."""
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:  # exists() is False under a file, too
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise SuiteError(
+            f"cannot write to {path}: {existing} is {'not a directory' if not existing.is_dir() else 'read-only'}"
+        )
+    longest = os.pathconf(existing, "PC_NAME_MAX")
+    to_make = Path(path).absolute().relative_to(existing).parts
+    if any(len(part.encode()) > longest for part in to_make):
+        raise SuiteError(f"cannot write to {path}: File name too long (a name over {longest} bytes)")
+
+
+def writable_dir(path: Path) -> Path:
+    """Create the directory path (and its parents), or raise SuiteError saying why it cannot be."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
+    return Path(path)
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = None
+        self._made: list[Path] = []  # the folders lock() created, deepest first
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def finished(self) -> bool:
+        """result.json is there (written last). One that cannot be read, or is no result of this
+        suite (`{}`, a spec gone), is an error, not "done"."""
+        path = self.path / "result.json"
+        if not path.exists():
+            return False
+        if not has_full_spec(read_json(path)):
+            raise UnreadableFile(f"{path} is not a result (no full spec); delete it to run the cell again")
+        return True
+
+    def lock(self, tries: int = 20) -> None:
+        """Hold an exclusive lock for the life of this process (released by the OS on exit).
+
+        A few retries: `is_locked` (status) holds the lock for an instant, and must not make a
+        run that starts at that moment believe somebody else is on it.
+        """
+        made = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        writable_dir(self.path)
+        try:
+            self._lock = open(self.path / ".lock", "a")
+        except OSError as err:
+            raise SuiteError(f"cannot write to {self.path}: {err.strerror or err}") from None
+        self._made = made
+        for _ in range(tries):
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.05)
+        self.unlock()
+        raise RunLocked(f"another process is running this spec in {self.path}")
+
+    def unlock(self) -> None:
+        if self._lock:
+            self._lock.close()
+            self._lock = None
+
+    def abandon(self) -> None:
+        """Unlock, and remove the folders lock() made: for a run that failed before writing
+        anything (bad input found as its stack was built), so that nothing is left behind."""
+        self.unlock()
+        if self._made:
+            (self.path / ".lock").unlink(missing_ok=True)
+            for folder in self._made:
+                try:
+                    folder.rmdir()
+                except OSError:  # not empty: something else lives there now
+                    break
+
+    def is_locked(self) -> bool:
+        """True while some process runs here (what `status` calls running)."""
+        try:
+            f = open(self.path / ".lock")
+        except (FileNotFoundError, NotADirectoryError):  # no run here (yet)
+            return False
+        with f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: status checks never block each other
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+    def status(self) -> str:
+        """done | running | failed | interrupted | missing (see STATUSES)."""
+        if self.finished:
+            return "done"
+        if self.is_locked():
+            return "running"
+        if (self.path / ERROR).exists():
+            return "failed"
+        if (self.path / CHECKPOINT).exists() or (self.path / PREVIOUS).exists():
+            return "interrupted"
+        return "missing"
+
+    # --- failures: error.json says what went wrong, until the run finishes -----------------
+
+    def record_failure(self, err: BaseException) -> None:
+        """error.json, where it can be written (on a full disk the error itself goes on alone)."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._write_failure(err)
+        except OSError:
+            pass
+
+    def _write_failure(self, err: BaseException) -> None:
+        write_json(
+            self.path / ERROR,
+            {
+                "error": type(err).__name__,
+                "message": str(err),
+                "traceback": "".join(traceback.format_exception(err)),
+                "host": socket.gethostname(),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            },
+        )
+
+    def read_failure(self) -> dict | None:
+        try:
+            return read_json(self.path / ERROR)
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def clear_failure(self) -> None:
+        (self.path / ERROR).unlink(missing_ok=True)
+
+    # --- metrics: one JSON line per evaluation -------------------------------------------
+
+    def read_metrics(self) -> list[dict]:
+        path = self.path / "metrics.jsonl"
+        if not path.exists():
+            return []
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        records = []
+        for i, line in enumerate(lines):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                if i < len(lines) - 1:
+                    raise UnreadableFile(
+                        f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
+                        "(delete the run dir to run it again)"
+                    ) from None
+                # a process killed mid-write leaves a torn last line; resuming rewrites it
+        return records
+
+    def restart_metrics(self, keep: list[dict]):
+        """Rewrite metrics.jsonl with the lines to keep and open it for appending."""
+        write_atomic(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in keep))
+        return open(self.path / "metrics.jsonl", "a")
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def save_checkpoint(self, state: dict) -> None:
+        """Keep the previous checkpoint until the new one is safely in place."""
+        import torch
+
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        current = self.path / CHECKPOINT
+        if current.exists():
+            os.replace(current, self.path / PREVIOUS)
+        write_atomic(current, buf.getvalue())
+
+    def load_checkpoint(self, device) -> dict | None:
+        """The newest readable checkpoint, or None if there is none; UnreadableFile if none of them
+        can be read. weights_only: nothing arbitrary is unpickled."""
+        import torch
+
+        unreadable = {}  # name -> (error type, its first line)
+        for name in (CHECKPOINT, PREVIOUS):
+            path = self.path / name
+            if not path.exists():
+                continue
+            try:
+                state = torch.load(path, map_location=device, weights_only=True)
+            except Exception as err:  # truncated or corrupted file
+                unreadable[name] = (type(err).__name__, (str(err).splitlines() or [""])[0][:200])
+                continue
+            for bad, (kind, line) in unreadable.items():
+                print(
+                    f"warning: checkpoint {self.path / bad} is unreadable ({kind}: {line}); resuming from the last "
+                    f"good checkpoint, {path} (step {state.get('step')})",
+                    file=sys.stderr,
+                )
+            return state
+        if unreadable:  # starting again would overwrite its metrics: the user decides
+            why = ", ".join(f"{name}: {kind}" for name, (kind, _) in unreadable.items())
+            raise UnreadableFile(
+                f"no readable checkpoint in {self.path} ({why}); delete {' and '.join(unreadable)} "
+                "to run it again from step 0"
+            )
+        return None
+
+    def clean_temporary(self) -> None:
+        """Drop the temporary files a process killed mid-write left (.NAME.XXXX.tmp: write_atomic's).
+        Only the lock holder calls it: nobody else is writing here."""
+        for path in self.path.glob(".*.tmp"):
+            path.unlink(missing_ok=True)
+
+    def drop_checkpoints(self) -> None:
+        for name in (CHECKPOINT, PREVIOUS):
+            (self.path / name).unlink(missing_ok=True)
+
+
+def rng_states(device) -> dict:
+    """torch's global RNG states, for a checkpoint (the run's own generator is saved apart)."""
+    import torch
+
+    states = {"torch_rng": torch.get_rng_state()}
+    if getattr(device, "type", None) == "cuda":
+        states["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(state: dict, device) -> None:
+    import torch
+
+    if "torch_rng" in state:
+        torch.set_rng_state(state["torch_rng"].cpu())
+    if "cuda_rng" in state and getattr(device, "type", None) == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"].cpu(), device)

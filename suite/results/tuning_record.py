@@ -1,0 +1,110 @@
+"""tuning.json, beside a tuned grid's final runs: the tuning's record (suite/launch/tuning.py has the
+protocol), which `suite tune` writes and the leaderboard's tuning.md reads. Strict JSON: a time to
+target never reached is null (older records hold Infinity, which is read too)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from suite.results.rundir import UnreadableFile, read_json, write_json
+
+if TYPE_CHECKING:  # what `suite tune` hands the writer; the reader needs neither
+    from suite.launch.grid import Grid
+    from suite.launch.tuning import Tuning
+
+
+def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> None:
+    """tuning.json beside the final runs: what the leaderboard shows of the tuning. The choices of
+    cells not in `grid` (another experiment tuned into the same root) are kept when the budget,
+    seeds and methods are the same."""
+    record = {
+        "grid": grid.name,
+        "trials": tuning.trials,
+        "tuning_seeds": tuning.tuning_seeds,
+        "final_seeds": tuning.final_seeds,
+        "methods": {
+            m.name: {
+                "fixed": m.fixed,
+                "space": {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in m.space.items()},
+                "baseline": m.baseline,
+            }
+            for m in tuning.methods
+        },
+    }
+    old = record_of(path.parent)
+    new_keys = {(c["cell"], c["method"]) for c in chosen}
+    if old is not None and all(old.get(k) == v for k, v in record.items()):
+        chosen = [c for c in old["chosen"] if (c["cell"], c["method"]) not in new_keys] + chosen
+    write_json(path, record | {"chosen": [_strict(c) for c in chosen]})
+
+
+def _strict(choice: dict) -> dict:
+    """A choice as strict JSON (jq and most readers refuse an Infinity literal): a time to target
+    never reached is null, as a step never reached is in result.json; record_of reads it back as inf."""
+    finite = lambda t: None if t is None or math.isinf(t) else t  # noqa: E731
+    tried = [
+        t | {"times": [finite(x) for x in t["times"]], "median_time": finite(t["median_time"])} for t in choice["tried"]
+    ]
+    return choice | {"tried": tried}
+
+
+def record_of(root: Path) -> dict | None:
+    """ROOT/tuning.json (None if there is none), its times to target as floats (inf: never reached;
+    older records wrote it as Infinity). UnreadableFile (one line) if it is damaged or not a record."""
+    path = Path(root) / "tuning.json"
+    if not path.exists():
+        return None
+    record = read_json(path)
+    if not _is_record(record):
+        raise UnreadableFile(f"{path} is not a tuning record of this suite; delete it and run `suite tune` again")
+    inf = lambda t: math.inf if t is None else float(t)  # noqa: E731
+    for choice in record["chosen"]:
+        for t in choice["tried"]:
+            t["times"], t["median_time"] = [inf(x) for x in t["times"]], inf(t["median_time"])
+    return record
+
+
+def _is_record(record) -> bool:
+    """Does tuning.json hold what `write_record` writes, with every field its readers use?"""
+    fields = dict(grid=str, trials=int, tuning_seeds=list, final_seeds=list, methods=dict, chosen=list)
+    if not _fields(record, **fields):
+        return False
+    for method in record["methods"].values():
+        if not (_fields(method, fixed=dict, space=dict) and method.get("baseline") in (None, *record["methods"])):
+            return False
+        if any(isinstance(v, dict) for v in method["fixed"].values()) or not all(
+            map(_space_ok, method["space"].values())
+        ):
+            return False
+    for choice in record["chosen"]:
+        if not (
+            _fields(choice, cell=str, method=str, chosen=int, settings=dict, tried=list, final_runs=(list, type(None)))
+            and choice["method"] in record["methods"]
+            and all(isinstance(r, str) for r in choice.get("final_runs") or [])
+        ):
+            return False
+        tried = choice["tried"]
+        if not all(_fields(t, point=int, settings=dict, times=list, median_best_val=(int, float)) for t in tried):
+            return False
+        if not all(_time(x) for t in tried for x in [*t["times"], t.get("median_time", "missing")]):
+            return False
+        if not any(t["point"] == choice["chosen"] for t in tried):
+            return False
+    return True
+
+
+def _time(value) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def _fields(obj, **types) -> bool:
+    return isinstance(obj, dict) and all(isinstance(obj.get(k), t) for k, t in types.items())
+
+
+def _space_ok(value) -> bool:
+    if isinstance(value, dict):
+        bounds = next(iter(value.values()), None) if len(value) == 1 else None
+        return isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int | float) for b in bounds)
+    return isinstance(value, list)

@@ -1,0 +1,187 @@
+"""Run specs: which components, every setting resolved, and a stable id.
+
+A spec is plain JSON:
+
+    {"task": {"name": "modular", "p": 97, ...}, "model": {...}, "opt": {...},
+     "sampler": {...}, "filter": {...}, "train": {...}, "seed": 0}
+
+Every default is filled in, so the spec alone says what ran. A run is a pure function
+of its spec; the id is a hash of it, so the same spec always lands in the same place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteError
+from suite.specs.config import TrainConfig
+from suite.specs.registry import ALL, INT_LIMIT, RUNNERS, _closest, params_of
+
+DEFAULTS = {"task": "modular", "model": "mlp", "opt": "adam", "sampler": "random", "filter": "none"}
+
+
+def train_params():
+    return params_of(TrainConfig)
+
+
+def runner_of_task(task_name: str):
+    """The registry entry of the runner a task that trains nothing names, or None for the
+    training loop."""
+    runner = ALL["task"].get(task_name).info.get("runner")
+    return RUNNERS.get(runner) if runner else None
+
+
+def resolve(
+    choices: dict[str, str | None] | None = None, settings: dict[str, Any] | None = None, seed: int = 0
+) -> dict:
+    """Build a full spec from component names and `key=value` settings.
+
+    Defaults come from each component, then from the model's own recipe for the chosen optimizer
+    (register_model's opt_defaults), then the settings win. A setting `key` goes to every chosen
+    component that takes `key`; `kind.key` (e.g. `opt.lr`, `train.steps`) to that component alone.
+    A key nobody takes is an error.
+    """
+    chosen = {k: v for k, v in (choices or {}).items() if v is not None}
+    unknown = set(chosen) - set(DEFAULTS)
+    if unknown:
+        raise SuiteError(f"unknown component kind(s): {', '.join(sorted(unknown))}")
+    # A task may name its default model (register_task(..., default_model="smollm2")), and may
+    # bring its own runner instead of the training loop: its spec then holds only task and model.
+    task = ALL["task"].get(chosen.get("task", DEFAULTS["task"]))
+    names = {**DEFAULTS, **({"model": task.info["default_model"]} if "default_model" in task.info else {}), **chosen}
+    trains = runner_of_task(task.name) is None
+    if not trains:
+        unused = sorted(set(chosen) - {"task", "model"})
+        if unused:
+            raise SuiteError(f"task '{task.name}' trains nothing: --{unused[0]} does not apply")
+        names = {"task": names["task"], "model": names["model"]}
+    gives, takes = task.info.get("gives"), ALL["model"].get(names["model"]).info.get("inputs", ())
+    if trains and gives and gives not in takes:  # said before the task builds anything (images render once)
+        raise SuiteError(
+            f"model '{names['model']}' takes {' or '.join(takes)} inputs, but task '{task.name}' gives {gives}"
+        )
+    params = {kind: ALL[kind].get(name).params for kind, name in names.items()}
+    spec: dict[str, Any] = {
+        kind: {"name": names[kind]} | {k: p.default for k, p in params[kind].items()} for kind in names
+    }
+    if trains:
+        params["train"] = train_params()
+        spec["train"] = {k: p.default for k, p in params["train"].items()}
+        _apply_model_opt_defaults(spec, params)
+
+    for key, value in (settings or {}).items():
+        kind, _, bare = key.rpartition(".")
+        if kind and kind not in params:
+            raise SuiteError(f"--set {key}: '{kind}' is not one of {', '.join(params)}")
+        targets = [kind] if kind else [k for k in params if bare in params[k]]
+        if not targets or bare not in params[targets[0]]:
+            known = sorted({k for kind_params in ([params[kind]] if kind else params.values()) for k in kind_params})
+            where = f"the {kind} '{spec[kind].get('name', kind)}'" if kind else "no chosen component"
+            raise SuiteError(f"--set {key}: {where} takes '{bare}'{_closest(bare, known)}")
+        for kind_ in targets:
+            spec[kind_][bare] = params[kind_][bare].check(value)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < INT_LIMIT:
+        raise SuiteError(f"seed must be a non-negative integer below 2^63, got {seed!r}")
+    spec["seed"] = seed
+    if trains:
+        TrainConfig(**spec["train"])  # its checks, before anything runs
+    return spec
+
+
+def model_opt_defaults(model: str, opt: str) -> dict[str, Any]:
+    """The settings `model`'s own recipe trains it with under optimizer `opt` ("opt.lr": ..., "train.*": ...)."""
+    return ALL["model"].get(model).info.get("opt_defaults", {}).get(opt, {})
+
+
+def _apply_model_opt_defaults(spec: dict, params: dict) -> None:
+    model, opt = spec["model"]["name"], spec["opt"]["name"]
+    for key, value in model_opt_defaults(model, opt).items():
+        kind, _, bare = key.partition(".")
+        if bare not in params[kind]:
+            raise SuiteError(f"model '{model}' declares {key} for optimizer '{opt}', which takes no '{bare}'")
+        spec[kind][bare] = params[kind][bare].check(value)
+
+
+def component_settings(spec: dict, kind: str) -> dict:
+    return {k: v for k, v in spec[kind].items() if k != "name"}
+
+
+# Settings added after runs were stored: at these values a setting is left out of the id, so the ids
+# of the runs from before it (whose specs lack it) do not change, and an old spec reads as this one.
+LATER_DEFAULTS = {
+    ("train", "precision"): "fp32",
+    ("opt", "decoupled_weight_decay"): False,
+    ("train", "chance_patience"): None,  # runs before it went on at chance to their budget
+}
+
+
+def spec_id(spec: dict) -> str:
+    """Stable across processes and machines (never Python's salted hash())."""
+    canonical = json.dumps(without_later_defaults(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def without_later_defaults(spec: dict) -> dict:
+    """The spec as it was written before LATER_DEFAULTS's settings existed (where they hold those values)."""
+    out = dict(spec)
+    for (kind, key), value in LATER_DEFAULTS.items():
+        if kind in out and out[kind].get(key, value) == value:
+            out[kind] = {k: v for k, v in out[kind].items() if k != key}
+    return out
+
+
+def with_later_defaults(spec: dict) -> dict:
+    """An older spec with LATER_DEFAULTS's settings filled in, so it reads as a spec of today."""
+    out = dict(spec)
+    for (kind, key), value in LATER_DEFAULTS.items():
+        if kind in out and key not in out[kind]:
+            out[kind] = {**out[kind], key: value}
+    return out
+
+
+def cell_id(spec: dict) -> str:
+    """spec_id of the spec without its seed: the same for every seed of a cell (W&B's group, export's
+    cell_id column)."""
+    return spec_id({k: v for k, v in spec.items() if k != "seed"})
+
+
+def default_run_dir(spec: dict, root: str | Path = "runs") -> Path:
+    if "opt" not in spec:  # a task with its own runner: no optimizer, sampler or filter
+        return Path(root) / f"{spec['task']['name']}-{spec['model']['name']}" / f"seed{spec['seed']}-{spec_id(spec)}"
+    method = spec["opt"]["name"] + ("" if spec["filter"]["name"] == "none" else "+" + spec["filter"]["name"])
+    precision = spec.get("train", {}).get("precision", "fp32")
+    cell = f"{spec['task']['name']}-{spec['model']['name']}-{method}-{spec['sampler']['name']}"
+    cell += "" if precision == "fp32" else f"-{precision}"
+    return Path(root) / cell / f"seed{spec['seed']}-{spec_id(spec)}"
+
+
+def canonical(spec: dict) -> dict:
+    """The spec as it reads back from JSON (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(spec))
+
+
+def task_data(spec: dict, data=None):
+    """The task's data (built, unless given) and the model's registry entry, once the model is
+    known to take that data."""
+    task, model_entry = ALL["task"].get(spec["task"]["name"]), ALL["model"].get(spec["model"]["name"])
+    if data is None:
+        data = task.build(spec["seed"], **component_settings(spec, "task"))
+    accepted = model_entry.info.get("inputs", ())
+    if data.kind not in accepted:
+        raise SuiteError(
+            f"model '{model_entry.name}' takes {' or '.join(accepted)} inputs, but task '{task.name}' gives {data.kind}"
+        )
+    return data, model_entry
+
+
+def shared(spec: dict) -> dict:
+    """What the members of one stack have in common: the spec but its seed and the settings of its
+    task, optimizer and filter. Each member brings its own data (operation, split, data seed, ...),
+    so cells that differ there stack as seeds do, as long as the tensors come out the same shapes
+    (suite.engine.stacked.shapes); each member may have its own optimizer and filter settings (its own
+    learning rate, weight decay, c, filter strength: suite/engine/updates.py's MemberUpdates)."""
+    own = ("task", "opt", "filter")
+    return {k: ({"name": v["name"]} if k in own else v) for k, v in spec.items() if k != "seed"}
