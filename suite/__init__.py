@@ -40,7 +40,6 @@ One word for each thing:
     table      on a board: the runs that differ only in their method and seed, a row per method
 """
 
-
 import os as _os
 
 # tasks/ and models/ are top-level folders of the repository (its fixed layout) that import as

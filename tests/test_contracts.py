@@ -321,7 +321,7 @@ def test_the_example_adds_one_component_of_each_kind_from_a_new_module_and_runs_
         result["spec"]["sampler"] == {"name": "cyclic", "batch_size": 32} and result["spec"]["filter"]["limit"] == 1.0
     )
     assert result["steps"] == 30 and result["runner"] == "train"
-    seeds = run_cli(*args, "--seeds", "0,1", "--root", tmp_path / "runs", env=env)  # elementwise: one ensemble
+    seeds = run_cli(*args, "--seeds", "0,1", "--root", tmp_path / "runs", env=env)  # elementwise: one stack
     assert seeds.returncode == 0 and "one after the other" not in seeds.stderr, seeds.stderr
     floor = run_cli("run", "--task", "parity_floor", "--out", tmp_path / "floor", env=env)
     assert floor.returncode == 0, floor.stderr

@@ -1,5 +1,5 @@
 """Runs whose parameters blow up stop as "diverged" with their last finite metrics, each member of
-an ensemble on its own, and grids go on; the per-member gradient-norm clip (train.grad_clip)."""
+a stack on its own, and grids go on; the per-member gradient-norm clip (train.grad_clip)."""
 
 import csv
 import json

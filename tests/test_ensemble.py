@@ -1,7 +1,7 @@
 """Ensembles: K seeds of a cell in one process equal K separate runs, seed for seed.
 
 On CPU with one thread (how the local backend runs every process) the equality is exact, bit
-for bit: each member of an ensemble makes the matrix products its separate run makes (MKL
+for bit: each member of a stack makes the matrix products its separate run makes (MKL
 computes a batch of them apart from one, for some shapes). With several threads, or on a GPU, a
 kernel may split a sum differently for another batch shape; members then agree to float32
 rounding (~1e-7 relative per step), which the dynamics after memorization can amplify over a

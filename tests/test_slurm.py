@@ -227,7 +227,7 @@ eval_every = 50
 checkpoint_every = 100
 patience = "none"
 [axes]
-"train.steps" = [4000, 1000]   # task 0: both seeds of 4000 steps as one ensemble; task 1: of 1000
+"train.steps" = [4000, 1000]   # task 0: both seeds of 4000 steps as one stack; task 1: of 1000
 seed = [0, 1]
 """
 
@@ -248,7 +248,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     tasks = {i: [dirs[c] for group in chunk for c in group] for i, chunk in enumerate(chunks)}
     assert [len(pair) for pair in tasks.values()] == [2, 2]
     try:
-        # Each task (an ensemble of 2 seeds), once it runs past a checkpoint, is interrupted one way.
+        # Each task (a stack of 2 seeds), once it runs past a checkpoint, is interrupted one way.
         # Task 1: USR1 to its batch shell (what --signal=B:USR1 does before the time limit: the
         # script forwards it, the run checkpoints and the script requeues itself). Task 0:
         # `scontrol requeue` (what an admin or a preemption does: SIGTERM to every process, then the

@@ -27,7 +27,7 @@ def add(sub) -> None:
     seed.add_argument(
         "--seeds",
         metavar="LIST",
-        help="several seeds, e.g. 0-31 or 0,1,2: trained as one ensemble (torch.func) when that is "
+        help="several seeds, e.g. 0-31 or 0,1,2: trained as one stack (torch.func) when that is "
         "exact, each into its own run dir",
     )
     p.add_argument("--steps", type=int, help="update budget (train.steps)")

@@ -5,8 +5,8 @@ place; `state_dict()` / `load_state_dict()` carry its state through checkpoints 
 and numbers only, so checkpoints load with weights_only=True). 'none' changes nothing.
 Filters sit between backward and the optimizer, so they compose with every optimizer
 (Adam-LR included). A filter registered with elementwise=True treats every gradient element
-on its own and keeps any state with the parameter's axes first, so it runs exactly on an
-ensemble's stacked parameters (suite/engine/stacked.py); orthograd takes norms over whole tensors
+on its own and keeps any state with the parameter's axes first, so it runs exactly on
+a stack's parameters (suite/engine/stacked.py); orthograd takes norms over whole tensors
 and is not.
 
 - grokfast_ema / grokfast_ma: Grokfast (Lee et al. 2024, arXiv 2405.20233) amplifies the
@@ -81,7 +81,7 @@ class GrokfastMA(GradFilter):
 
     As in grokfast.py (warmup=True), gradients are collected from the first step but the
     filter changes nothing until the window is full. The window is a ring buffer of shape
-    (*param.shape, window), last axis the window so that an ensemble's member axis stays
+    (*param.shape, window), last axis the window so that a stack's member axis stays
     first, with the number of gradients seen so far: memory (and checkpoint size) is
     `window` copies of the parameters, as in their code.
     """

@@ -8,7 +8,7 @@ weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it). A model may brin
 al.'s AdamW recipe, decoupled_weight_decay on); `suite list model` shows them, --set wins over both.
 
 elementwise=True marks an optimizer whose update of each element depends on that element
-alone (Adam and its kin, SGD): it trains an ensemble's stacked parameters exactly as K
+alone (Adam and its kin, SGD): it trains a stack's stacked parameters exactly as K
 separate runs (suite/engine/stacked.py). adamlr_adaptive reads sigma_max of whole matrices: it
 is not, and its seeds run one after the other. Adam is not built fused=True although that
 is faster on CPU: the fused kernel's rounding depends on where an element sits in its tensor,

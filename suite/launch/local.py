@@ -56,7 +56,7 @@ def run_local(
     pool = _Workers(manifest, cells, workers)
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     print(
-        f"{len(cells)} cells in {len(pool.chunks)} processes (cells differing only in seed train as one ensemble), "
+        f"{len(cells)} cells in {len(pool.chunks)} processes (a group of cells trains as one stack), "
         f"{workers} at a time; logs in {workdir / 'logs'}",
         file=sys.stderr,
     )
@@ -152,7 +152,7 @@ class _Workers:
 
 
 def _outcome(returncode: int, rd: RunDir) -> str:
-    if rd.finished:  # an ensemble member may have finished before the rest of its process stopped
+    if rd.finished:  # a stack member may have finished before the rest of its process stopped
         return "done"
     if returncode == 3:
         return "stopped"

@@ -173,7 +173,7 @@ class WandbTracker:
             name=f"{task}-{model}-{opt}-s{spec['seed']}-{spec_id(spec)[:6]}",
             resume="allow",
             mode=mode,
-            reinit="create_new",  # the members of an ensemble are several W&B runs open at once
+            reinit="create_new",  # the members of a stack are several W&B runs open at once
         )
 
     def start(self) -> None:

@@ -3,8 +3,8 @@
 With `--set keep_weights=true` a run writes run_dir/weights/memorization.safetensors (the
 first evaluation with train accuracy >= train.memorization), grok.safetensors (the grok step:
 where the streak began that held the target for train.hold steps) and final.safetensors (where
-it stopped): the model's own state dict, in a separate run's layout also for a member of an
-ensemble, with the step in the file's metadata.
+it stopped): the model's own state dict, in a separate run's layout also for a member of a
+stack, with the step in the file's metadata.
 
     from suite.results.weights import load_model
     model = load_model("runs/.../seed0-...", "grok")   # the model as it was at its grok step

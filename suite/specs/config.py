@@ -24,7 +24,7 @@ class TrainConfig:
     chance_patience: Optional[int] = 2000
     warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
     loss: Literal[LOSS_NAMES] = "ce"  # ce (softmax cross-entropy) or stablemax
-    eval_batch: int = 8192  # examples per evaluation chunk (per member of an ensemble)
+    eval_batch: int = 8192  # examples per evaluation chunk (per member of a stack)
     checkpoint_every: int = 2_000
     hessian_every: Optional[int] = None  # every k evaluations, top Hessian eigenvalue of the E and W blocks
     keep_weights: bool = False  # the model's weights at memorization, grok step and end (suite/results/weights.py)

@@ -23,7 +23,7 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
   kinds it reads ("tokens", "image", "text"). Optional attributes: `embedding_weight` (the
   token embedding E: Adam-LR's embedding group and the progress measures) and
   `coupled_weight` (the first weight W that reads E). Seeds of one cell train as one
-  ensemble with the forward vmapped over the member axis (suite/engine/stacked.py); a model whose
+  stack with the forward vmapped over the member axis (suite/engine/stacked.py); a model whose
   forward cannot be vmapped, or that says `stackable=False`, runs its seeds one after the
   other instead, and a single run never needs vmap. A model may write that stacked forward
   itself, `forward_stacked(params, x)` (stacked parameters by name, x [K, batch, ...]), to
