@@ -148,3 +148,14 @@ def as_cells(specs, run_dirs, trackers=()):
 
     trackers = list(trackers) or [None] * len(specs)
     return [Cell(spec, Path(d), tracker=t) for spec, d, t in zip(specs, run_dirs, trackers, strict=True)]
+
+
+def plugin_package(root: Path, module_code: str, ep_name: str = "parity", group: str = "suite.tasks") -> dict:
+    """A throwaway installed distribution (module + dist-info with an entry point) on PYTHONPATH."""
+    (root / "outside_pkg").mkdir()
+    (root / "outside_pkg/__init__.py").write_text(module_code)
+    info = root / "outside_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{ep_name} = outside_pkg\n")
+    return {"PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}

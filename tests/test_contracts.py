@@ -6,11 +6,10 @@ import json
 import math
 import re
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, as_cells, metrics_text, run_cli
+from conftest import REPO, as_cells, metrics_text, plugin_package, run_cli
 from torch import nn
 
 from suite import SuiteError, register_model
@@ -74,7 +73,7 @@ def test_runner_settings_are_allowed_to_exist_only_as_fixed_arguments():
 
 
 def test_a_contract_error_is_one_line_exit_2_from_the_cli(tmp_path):
-    env = _package(
+    env = plugin_package(
         tmp_path,
         "from suite import register_task\n\n@register_task('seedless')\ndef seedless(*, seed: int = 0):\n    pass\n",
     )
@@ -131,7 +130,7 @@ def test_every_entry_knows_where_it_comes_from():
 
 
 def test_a_module_that_fails_to_import_costs_one_warning_and_the_rest_work(tmp_path):
-    env = _package(tmp_path, "import no_such_dependency_here\n", ep_name="broken")
+    env = plugin_package(tmp_path, "import no_such_dependency_here\n", ep_name="broken")
     proc = run_cli("list", "opt", env=env)
     assert proc.returncode == 0
     assert proc.stderr.strip().splitlines() == [
@@ -261,23 +260,10 @@ def test_a_sampler_that_is_not_a_sampler_is_one_line():
 # --- one component of each kind from a new module: the example in suite/specs/contracts.py's docstring ---
 
 
-def _package(root: Path, module_code: str, ep_name: str = "parity", group: str = "suite.tasks") -> dict:
-    """A throwaway installed distribution (module + dist-info with an entry point) on PYTHONPATH."""
-    (root / "outside_pkg").mkdir()
-    (root / "outside_pkg/__init__.py").write_text(module_code)
-    info = root / "outside_pkg-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-pkg\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[{group}]\n{ep_name} = outside_pkg\n")
-    import os
-
-    return {"PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def test_the_example_adds_one_component_of_each_kind_from_a_new_module_and_runs_them(tmp_path):
     source = (REPO / "suite/specs/contracts.py").read_text()  # the example ends the module docstring
     code = source.split("<!-- example components -->")[1].split("```python")[1].split("```")[0]
-    env = _package(tmp_path, textwrap.dedent(code))
+    env = plugin_package(tmp_path, textwrap.dedent(code))
     listing = run_cli("list", "--origin", env=env)
     for kind_heading, name in (
         ("tasks", "parity"),

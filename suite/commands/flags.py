@@ -45,6 +45,7 @@ def wandb(p) -> None:
 def backend(p) -> None:
     """How cells run: grid's flags, which `tune` shares."""
     p.add_argument("--backend", choices=("local", "slurm"), default="local")
+    rerun_changed(p)
     p.add_argument("--workers", type=int, default=1, help="local: processes at once, one group each (default 1)")
     p.add_argument(
         "--ensemble",
@@ -83,3 +84,12 @@ def backend(p) -> None:
         help="an extra #SBATCH line, e.g. --sbatch=--constraint=a100 (repeatable)",
     )
     sl.add_argument("--template", help="sbatch template (default slurm/array.sbatch)")
+
+
+def rerun_changed(p) -> None:
+    p.add_argument(
+        "--rerun-changed",
+        action="store_true",
+        help="run again, from step 0, a cell whose run folder was made by other code of one of its components "
+        "(its module's source changed); without it such a folder stops the command",
+    )

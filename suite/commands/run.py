@@ -44,6 +44,7 @@ def add(sub) -> None:
     flags.device(p)
     flags.torch_compile(p)
     flags.wandb(p)
+    flags.rerun_changed(p)
 
 
 def run(args) -> int:
@@ -61,7 +62,7 @@ def run(args) -> int:
         if (cell.run_dir / "spec.json").exists() and spec_id(read_json(cell.run_dir / "spec.json")) != cell.id:
             raise SuiteError(f"{cell.run_dir} holds a different spec; choose another --out")
     try:
-        results = execute(cells, device, compile=args.compile, wandb=args.wandb)
+        results = execute(cells, device, compile=args.compile, wandb=args.wandb, rerun_changed=args.rerun_changed)
     except Preempted as stop:
         if stop.signal == "SIGINT":
             print(

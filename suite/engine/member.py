@@ -26,8 +26,9 @@ from suite.engine.milestones import Milestones
 from suite.errors import SuiteError
 from suite.results import weights
 from suite.results.result import TRAIN
-from suite.results.rundir import RunDir, UnreadableFile, read_json, rng_states, write_json
+from suite.results.rundir import CODE, RunDir, UnreadableFile, read_json, rng_states, write_json
 from suite.specs.cell import Cell
+from suite.specs.code import code_of
 from suite.specs.config import TrainConfig
 from suite.specs.contracts import Sampler, Tracker, check_built
 from suite.specs.data import TaskData
@@ -152,6 +153,7 @@ class Member:
         if self.start:
             print(f"resuming {self.run_dir.path} from step {self.start}", file=sys.stderr)
         write_json(self.run_dir / "spec.json", self.spec)
+        write_json(self.run_dir / CODE, code_of(self.spec))  # what a later command checks before reusing it
         for record in self.history:
             self.milestones.update(record)
             self.chance.update(record, self.milestones.memorization_step is not None)
@@ -231,6 +233,7 @@ class Member:
             "steps_per_s": step / wall if wall > 0 else None,
             **how,
             "task_info": self.data.info,
+            "code": code_of(self.spec),  # the code each component was made by (suite/specs/code.py)
             "grid": self.cell.grid,
             "experiment": self.cell.experiment,
             "suite_version": suite.__version__,

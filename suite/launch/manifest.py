@@ -36,16 +36,24 @@ TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def execute(cells: list[Cell], device, *, compile: bool = False, wandb: str = "off") -> list[dict]:
+def execute(
+    cells: list[Cell], device, *, compile: bool = False, wandb: str = "off", rerun_changed: bool = False
+) -> list[dict]:
     """Train the cells whose run folders have not finished (those that have are said so on stderr)
-    and return their results: the one entry point of every command that runs cells. A crash leaves
-    error.json (status 'failed') in each unfinished run folder, a finished run clears it, and the
-    W&B runs are closed whatever happens. A task that trains nothing (the number probes) runs its
-    registered runner, cell after cell, instead of the training loop."""
+    and return their results: the one entry point of every command that runs cells. A run folder
+    made by other code of a component (suite/specs/code.py) is refused, or with rerun_changed
+    emptied and run again. A crash leaves error.json (status 'failed') in each unfinished run
+    folder, a finished run clears it, and the W&B runs are closed whatever happens. A task that
+    trains nothing (the number probes) runs its registered runner, cell after cell, instead of the
+    training loop."""
     from suite.engine.train import Preempted, train
     from suite.launch.tracking import make_tracker
     from suite.specs.spec import runner_of_task
 
+    for cell in changed_code(cells):
+        if not rerun_changed:
+            raise SuiteError(f"{cell.run_dir} {made_by_other_code(cell)}")
+        RunDir(cell.run_dir).discard()
     for cell in cells:
         if RunDir(cell.run_dir).finished:
             print(f"already finished: {cell.name}", file=sys.stderr)
@@ -95,6 +103,21 @@ def execute(cells: list[Cell], device, *, compile: bool = False, wandb: str = "o
 
 def statuses(cells: list[Cell]) -> list[str]:
     return [RunDir(cell.run_dir).status() for cell in cells]
+
+
+def changed_code(cells: list[Cell]) -> list[Cell]:
+    """The cells whose run folders (finished or checkpointed) were made by other code of a component."""
+    from suite.specs.code import changed
+
+    return [c for c in cells if changed(RunDir(c.run_dir).read_code(), c.spec)]
+
+
+def made_by_other_code(cell: Cell) -> str:
+    """What to say of a run folder made by other code: which component changed, and what to do."""
+    from suite.specs.code import changed
+
+    why = changed(RunDir(cell.run_dir).read_code(), cell.spec)
+    return f"was made by other code of {why}: rerun it with --rerun-changed, or choose another --root (or --out)"
 
 
 # --- manifests and chunks -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.results.rundir import RunDir
 
 
 def check_flags(args) -> None:
@@ -27,7 +28,7 @@ def run_grid(args, g, root) -> int:
         return _slurm(args, g, root)
     if not args.dry_run:
         local.check_local(root, args.device, g.cells)  # before the summary line: an error is the only line
-    summary, todo = _plan(g)
+    summary, todo = _plan(g, args)
     print(summary, file=sys.stderr)
     if not todo:
         return 0
@@ -47,11 +48,26 @@ def run_grid(args, g, root) -> int:
     )
 
 
-def _plan(g) -> tuple[str, list]:
-    """How many cells are done, running and to run (a line), and the cells to run."""
+def _plan(g, args) -> tuple[str, list]:
+    """How many cells are done, running and to run (a line), and the cells to run. A run folder made
+    by other code of a component stops the grid here, or with --rerun-changed is emptied to run again
+    (a dry run only counts it)."""
     from suite.launch import manifest
 
     status = manifest.statuses(g.cells)
+    changed = manifest.changed_code([c for c, s in zip(g.cells, status) if s != "running"])
+    if changed and not args.rerun_changed:
+        first = changed[0]
+        raise SuiteError(
+            f"{len(changed)} of {g.name}'s run folders were made by other code; the first, {first.run_dir}, "
+            + manifest.made_by_other_code(first)
+        )
+    if changed and not args.dry_run:
+        for cell in changed:
+            RunDir(cell.run_dir).discard()
+        status = manifest.statuses(g.cells)
+    elif changed:
+        status = ["missing" if c in changed else s for c, s in zip(g.cells, status)]
     todo = [c for c, s in zip(g.cells, status) if s in manifest.TO_RUN]
     return (
         f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
@@ -78,7 +94,7 @@ def _slurm(args, g, root) -> int:
         sbatch=args.sbatch,
     )
     sbatch = None if args.dry_run else find_sbatch()
-    summary, todo = _plan(g)
+    summary, todo = _plan(g, args)
     if args.dry_run or not todo:
         print(summary, file=sys.stderr)
     if not todo:

@@ -13,6 +13,7 @@ import fcntl
 import io
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from suite.results.result import has_full_spec
 
 CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
 STATUSES = ("done", "running", "failed", "interrupted", "missing")
+CODE = "code.json"  # the code identity of a run's components, written as it starts
 
 
 class RunLocked(SuiteError):
@@ -210,6 +212,16 @@ class RunDir:
         (self.path / ERROR).unlink(missing_ok=True)
 
     # --- metrics: one JSON line per evaluation -------------------------------------------
+
+    def read_code(self) -> dict | None:
+        """code.json: the code identity of the run's components (suite/specs/code.py); None for a
+        run made before it was recorded, or none made yet."""
+        path = self.path / CODE
+        return read_json(path) if path.exists() else None
+
+    def discard(self) -> None:
+        """Remove the run folder and all it holds: a run made by other code, to run again."""
+        shutil.rmtree(self.path)
 
     def read_metrics(self) -> list[dict]:
         path = self.path / "metrics.jsonl"
