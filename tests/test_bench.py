@@ -7,7 +7,7 @@ import pytest
 from conftest import run_cli
 
 from suite import bench
-from suite.bench import sections
+from suite.bench import measure
 from suite.cli import main
 
 
@@ -142,8 +142,8 @@ def test_bad_flags_one_line_exit_2_nothing_written(tmp_path, flags):
 def test_a_section_that_cannot_run_is_left_out_with_one_line_before_anything_is_timed(tmp_path, capsys, monkeypatch):
     events = []
     monkeypatch.setattr(bench, "PROBE_NEEDS", (("no_such_package_here", "pip install it"),))
-    monkeypatch.setattr(sections, "log", lambda message: events.append(message))
-    monkeypatch.setattr(sections, "matmul_rates", lambda *args: events.append("timing") or {"64": 1e9})
+    monkeypatch.setattr(measure, "log", lambda message: events.append(message))
+    monkeypatch.setattr(measure, "matmul_rates", lambda *args: events.append("timing") or {"64": 1e9})
     out = tmp_path / "b.json"
     assert main(["bench", "--skip", "plain,steps,ensembles,precision,compile", "--out", str(out)]) == 0
     assert events[0] == "skipping probe: needs no_such_package_here (pip install it)" and "timing" in events[1:]
@@ -156,7 +156,7 @@ def test_an_interrupted_bench_keeps_the_sections_it_finished(tmp_path, monkeypat
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sections, "ensemble_section", interrupted)
+    monkeypatch.setattr(measure, "ensemble_section", interrupted)
     out = tmp_path / "b.json"
     assert main(["bench", "--quick", "--skip", "plain,steps,precision", "--out", str(out)]) == 130  # Ctrl-C's exit code
     report = json.loads(out.read_text())
@@ -168,7 +168,7 @@ def test_a_section_that_fails_records_its_error_and_the_rest_go_on(tmp_path, cap
     def failing(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sections, "ensemble_section", failing)
+    monkeypatch.setattr(measure, "ensemble_section", failing)
     out = tmp_path / "b.json"
     assert main(["bench", "--quick", "--skip", "plain,steps,precision", "--out", str(out)]) == 0
     report = json.loads(out.read_text())

@@ -78,7 +78,7 @@ from pathlib import Path
 
 import torch
 
-from suite.bench import sections
+from suite.bench import measure
 from suite.bench.measure import SECTIONS, Options
 from suite.bench.precision_section import precision_section
 from suite.errors import SuiteError
@@ -152,47 +152,47 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
         reason = unavailable(section, device)
         if reason:
             report["unavailable"][section] = reason
-            sections.log(f"skipping {section}: {reason}")
+            measure.log(f"skipping {section}: {reason}")
     todo = [s for s in todo if s not in report["unavailable"]]
     write_report(report, path)  # an unwritable --out fails here, before anything is measured
     t0 = time.monotonic()
     passes = []
 
-    def measure(section: str, run) -> None:
+    def take(section: str, run) -> None:
         try:
             report[section] = run()
         except Exception as err:  # noqa: BLE001 - one section's failure is its figure; the others go on
             report[section] = {"error": f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"}
-            sections.log(f"{section} failed: {report[section]['error']}")
+            measure.log(f"{section} failed: {report[section]['error']}")
         write_report(report, path)
 
     with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
         root = Path(tmp)
         measurements = {
             "matmul": lambda: (
-                sections.matmul_limit(
-                    passes + [sections.matmul_rates(device, options.matmul_sizes, options.matmul_min_s)]
+                measure.matmul_limit(
+                    passes + [measure.matmul_rates(device, options.matmul_sizes, options.matmul_min_s)]
                 )
                 | {
-                    "lower_precision_limit_flop_per_s": sections.lower_precision_limits(
+                    "lower_precision_limit_flop_per_s": measure.lower_precision_limits(
                         device, options.matmul_sizes, options.matmul_min_s
                     )
                 }
             ),
-            "plain": lambda: sections.plain_section(options, root / "plain"),
-            "steps": lambda: sections.step_section(device, options, root / "steps"),
-            "ensembles": lambda: sections.ensemble_section(device, options, root / "ensembles"),
+            "plain": lambda: measure.plain_section(options, root / "plain"),
+            "steps": lambda: measure.step_section(device, options, root / "steps"),
+            "ensembles": lambda: measure.ensemble_section(device, options, root / "ensembles"),
             "precision": lambda: precision_section(device, options, root / "precision"),
-            "probe": lambda: sections.probe_section(device, root),
-            "compile": lambda: sections.compile_section(device, options),
+            "probe": lambda: measure.probe_section(device, root),
+            "compile": lambda: measure.compile_section(device, options),
         }
         for section in todo:
-            measure(section, measurements[section])
+            take(section, measurements[section])
             if section == "matmul" and "error" not in report["matmul"]:
                 passes = report["matmul"]["passes_flop_per_s"]
     if passes:
-        sections.log("matmul limit again, at the end")
-        measure("matmul", measurements["matmul"])
+        measure.log("matmul limit again, at the end")
+        take("matmul", measurements["matmul"])
         limit = report["matmul"].get("limit_flop_per_s")
         for cell in report.get("steps", {}).get("cells", {}).values():
             cell["fraction_of_limit"] = cell["achieved_flop_per_s"] / limit if limit else None
