@@ -34,7 +34,7 @@ def run(args) -> int:
     whole = grid.load(args.grid_file, root)
     if whole.tuning is None:
         raise SuiteError(f"{whole.path} has no [tuning] table: run it with `python -m suite grid {args.grid_file}`")
-    tuning = parse(whole.tuning, str(whole.path))
+    tuning = parse(whole.tuning, str(whole.path), whole.name)
     if len({c.spec["seed"] for c in whole.cells}) > 1:
         raise SuiteError(f"{whole.path}: a tuned grid takes its seeds from [tuning], not from a seed axis")
     check_cells(whole, tuning)  # every experiment: tuned together or one at a time, they share tuning.json

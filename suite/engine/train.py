@@ -27,6 +27,7 @@ import torch
 from suite.engine import precision
 from suite.engine.member import Member, claim
 from suite.engine.plan import stacks
+from suite.engine.race import Race
 from suite.engine.stack import Stack
 from suite.engine.stacked import clip_grad_norms
 from suite.errors import SuiteError
@@ -80,8 +81,9 @@ def train(cells: list[Cell], device: torch.device, compile: bool = False) -> lis
                 m.open()  # the first write
                 if m.tracker is not None:
                     m.tracker.start()  # before any clock: W&B's start-up is not training time
+        race = Race(members)
         for stack in planned:
-            train_stack(stack, device, compile)
+            train_stack(stack, device, compile, race)
     except BaseException:
         for m in members:
             if m.result is None:
@@ -108,7 +110,7 @@ def train_step(stack: Stack, step: int, forward) -> None:
     stack.update.step()
 
 
-def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
+def train_stack(stack: Stack, device: torch.device, compile: bool, race: Race | None = None) -> None:
     """The loop over steps for one stack, from where its members' checkpoints stand to their stops."""
     cfg, start, members, K = stack.cfg, stack.live[0].start, list(stack.live), len(stack.live)
     how = provenance(K, device, compile)
@@ -126,7 +128,7 @@ def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
                         m.release()
                     raise Preempted(stop.raised, step, [m.run_dir.path for m in stack.live])
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                record(stack, step, how, clock)
+                record(stack, step, how, clock, race)
                 progress.update(step, _summary([m.record for m in members if m.record]), _notes(stack.live, K))
                 stack.leave()
                 if not stack.live:
@@ -140,7 +142,7 @@ def train_stack(stack: Stack, device: torch.device, compile: bool) -> None:
         finish(stack, m, step, "budget", m.wall_before + clock.now(), how)
 
 
-def record(stack: Stack, step: int, how: dict, clock: WallShare) -> None:
+def record(stack: Stack, step: int, how: dict, clock: WallShare, race: Race | None = None) -> None:
     """Evaluate the stack, write each member's record (or mark it diverged), and finish the
     members that stop here."""
     for i, (m, evaluation) in enumerate(zip(stack.live, stack.evaluate(step))):
@@ -152,7 +154,7 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare) -> None:
         if stack.cfg.keep_weights:
             m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
     for m in stack.live:
-        if reason := stop_reason(m, stack.cfg, step):
+        if reason := stop_reason(m, stack.cfg, step) or ("raced" if race and race.lost(m, step) else None):
             finish(stack, m, step, reason, m.wall_before + clock.now(), how)
 
 

@@ -23,7 +23,18 @@ trials, and the score comes from runs separate from the tuning. Here, for each c
     space = { lr = { log = [1e-4, 1e-2] }, weight_decay = [0.1, 1.0] }
 
 A space maps a setting to a list (drawn uniformly), `{ log = [lo, hi] }` (log-uniform) or
-`{ range = [lo, hi] }` (uniform). `python -m suite tune GRID --root ROOT` runs both phases, and
+`{ range = [lo, hi] }` (uniform).
+
+A fair fight shares its spaces: `[tuning.shared]` holds the settings every method shares with the
+baseline (lr, weight decay, ...), searched over the same ranges by all. Its points are common:
+point k of every method takes the same shared values, the k-th of a scrambled Sobol sequence
+seeded by the grid's name (not the method's), so methods are paired in hyperparameter space too;
+a method's own settings (its `space`) come from a sequence seeded by the grid and method. A
+method that fixes a shared setting (orthograd's AdamW at weight_decay = 0) keeps it fixed, and
+tuning.md says so. Under shared spaces the final runs must be watched past their grok step:
+`train.patience` >= 2 x `train.hold` (or none), so that a collapse after the hold is seen.
+Each chosen point is flagged where it lies at an edge of its space (within 10% of a bound, on
+the space's own scale). `python -m suite tune GRID --root ROOT` runs both phases, and
 skips what is done: run it again after a Slurm submission of the tuning runs to submit the finals.
 A grid whose cells tuning.json could not tell apart (two of one name, or two that a method makes
 one spec) is refused before anything runs (check_cells); suite/results/tuning_record.py reads and writes
@@ -43,12 +54,14 @@ import numpy as np
 from suite.engine.milestones import Milestones
 from suite.errors import SuiteError
 from suite.launch.grid import KINDS, Grid
-from suite.results.rundir import RunDir, UnreadableFile
+from suite.results.rundir import RunDir, UnreadableFile, read_json
 from suite.specs.cell import Cell
 from suite.specs.spec import default_run_dir, resolve, spec_id
 
 MIN_FINAL_SEEDS = 5  # the fewest seeds a verdict rests on (leaderboards/README.md, How verdicts are judged)
-TUNING_KEYS = ("trials", "tuning_seeds", "final_seeds", "methods")
+TUNING_KEYS = ("trials", "tuning_seeds", "final_seeds", "methods", "shared", "race")
+EDGE = 0.10  # a chosen setting this close to a bound of its space (a fraction of its scale) is flagged
+WATCH = 2  # under shared spaces, final runs are watched at least WATCH x hold past their grok step
 
 
 @dataclass
@@ -87,10 +100,39 @@ class Tuning:
     tuning_seeds: list[int]
     final_seeds: list[int]
     methods: list[Method] = field(default_factory=list)
+    shared: dict = field(default_factory=dict)  # setting -> space, drawn as common points for every method
+    grid: str = ""  # the grid's name: what the common points are seeded by
+    race: bool = False  # stop a trial that can no longer win (suite/engine/race.py)
+
+    def points(self, method: Method) -> list[dict]:
+        """The method's `trials` points. Without shared spaces, the method's own draw; with them,
+        the common points' shared values (but those the method fixes) and its own settings."""
+        if not self.shared:
+            return method.points(self.trials)
+        common = _sobol(self.shared, self.trials, self.grid)
+        own = _sobol(method.space, self.trials, f"{self.grid}/{method.name}")
+        return [{k: v for k, v in c.items() if k not in method.fixed} | o for c, o in zip(common, own)]
+
+    def space_of(self, method: Method) -> dict:
+        """Every setting the method searches, and its space."""
+        return {k: v for k, v in self.shared.items() if k not in method.fixed} | method.space
+
+    def edges(self, method: Method, point: dict) -> list[str]:
+        """The settings of a point within EDGE of a bound of their continuous space, on its scale."""
+        out = []
+        for key, space in self.space_of(method).items():
+            if isinstance(space, list) or key not in point:
+                continue
+            kind, lo, hi = space
+            scale = math.log if kind == "log" else float
+            where = (scale(point[key]) - scale(lo)) / (scale(hi) - scale(lo))
+            if where < EDGE or where > 1 - EDGE:
+                out.append(f"{key} at {where:.2f} of its {'log ' if kind == 'log' else ''}range")
+        return out
 
 
-def parse(raw: dict, where: str) -> Tuning:
-    """The [tuning] table, checked: one line on any bad input."""
+def parse(raw: dict, where: str, grid: str = "") -> Tuning:
+    """The [tuning] table of the grid named `grid`, checked: one line on any bad input."""
     where = f"{where} [tuning]"
     for key in raw:
         if key not in TUNING_KEYS:
@@ -111,7 +153,14 @@ def parse(raw: dict, where: str) -> Tuning:
     methods = raw.get("methods")
     if not isinstance(methods, dict) or not methods:
         raise SuiteError(f"{where}: methods must be a table of methods, [tuning.methods.NAME]")
-    out = Tuning(trials, seeds["tuning_seeds"], seeds["final_seeds"])
+    shared = raw.get("shared", {})
+    if not isinstance(shared, dict):
+        raise SuiteError(f"{where}: shared must be a table of spaces, [tuning.shared]")
+    shared = {key: _space(value, f"{where} shared.{key}") for key, value in shared.items()}
+    race = raw.get("race", False)
+    if not isinstance(race, bool):
+        raise SuiteError(f"{where}: race must be true or false, got {race!r}")
+    out = Tuning(trials, seeds["tuning_seeds"], seeds["final_seeds"], shared=shared, grid=grid, race=race)
     for name, body in methods.items():
         if not isinstance(body, dict):
             raise SuiteError(f"{where}: method '{name}' must be a table")
@@ -127,8 +176,35 @@ def parse(raw: dict, where: str) -> Tuning:
         if baseline is not None and (not isinstance(baseline, str) or baseline not in methods or baseline == name):
             raise SuiteError(f"{where}: method '{name}': baseline must name another method, got {baseline!r}")
         space = {key: _space(value, f"{where} {name}.space.{key}") for key, value in space.items()}
+        if both := sorted(set(space) & set(shared)):
+            raise SuiteError(
+                f"{where}: method '{name}' searches '{both[0]}' in a space of its own, but it is shared: "
+                "a method shares the baseline's range of a shared setting (or fixes it, if its definition does)"
+            )
         out.methods.append(Method(name, body, space, baseline))
     return out
+
+
+def _sobol(space: dict, n: int, name: str) -> list[dict]:
+    """n points of a space from a scrambled Sobol sequence seeded by name: the same on every machine.
+    Continuous values keep 4 significant digits (readable in tuning.md and spec.json)."""
+    if not space:
+        return [{} for _ in range(n)]
+    import torch
+
+    seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+    draws = torch.quasirandom.SobolEngine(len(space), scramble=True, seed=seed).draw(n, dtype=torch.float64)
+    points = []
+    for row in draws.tolist():
+        point = {}
+        for (key, values), u in zip(space.items(), row):
+            if isinstance(values, list):
+                point[key] = values[min(int(u * len(values)), len(values) - 1)]
+            else:
+                kind, lo, hi = values
+                point[key] = float(f"{(lo * (hi / lo) ** u if kind == 'log' else lo + (hi - lo) * u):.4g}")
+        points.append(point)
+    return points
 
 
 def _seed(value) -> bool:
@@ -179,9 +255,17 @@ def check_cells(grid: Grid, tuning: Tuning) -> None:
     """tuning.json (and the board's tuning.md) know a cell by its name, and a cell's runs by the
     specs a method makes of it: two cells of one name would take each other's choices, and two
     that a method makes the same spec would share one set of runs under two names. Refused in
-    one line, before anything runs. Checked over every experiment: they share tuning.json."""
+    one line, before anything runs. Checked over every experiment: they share tuning.json. Under
+    shared spaces, a cell whose runs stop before WATCH x hold past their grok step is refused too."""
     where, named = str(grid.path), {}
     for cell in grid.cells:
+        train = cell.spec["train"]
+        if tuning.shared and train["patience"] is not None and train["patience"] < WATCH * train["hold"]:
+            raise SuiteError(
+                f"{where}: cell [{_name(cell)}] stops its runs {train['patience']} steps after their grok step "
+                f"(train.patience), under {WATCH} x train.hold = {WATCH * train['hold']}: a collapse after the hold "
+                "would go unseen; set train.patience to at least that (or none: to the budget)"
+            )
         if named.setdefault(_name(cell), cell) is not cell:
             raise SuiteError(
                 f"{where}: two cells are both '{_name(cell)}' (experiment and axis values), the name "
@@ -189,7 +273,7 @@ def check_cells(grid: Grid, tuning: Tuning) -> None:
             )
     for method in tuning.methods:
         # every point sets the same keys, so cells one point makes the same spec, every point does
-        point, seed, made = method.points(tuning.trials)[0], tuning.tuning_seeds[0], {}
+        point, seed, made = tuning.points(method)[0], tuning.tuning_seeds[0], {}
         for cell in grid.cells:
             other = made.setdefault(spec_id(spec_for(cell.spec, method, point, seed, where)), cell)
             if other is not cell:
@@ -211,16 +295,22 @@ def _flat(spec: dict) -> dict:
 
 
 def tuning_cells(grid: Grid, tuning: Tuning, root: Path) -> list[Cell]:
-    """Every cell x method x point x tuning seed, its run folder under root."""
+    """Every cell x method x point x tuning seed, its run folder under root; with `race`, each knows
+    its trial's run folders and its rivals' (suite/engine/race.py)."""
     where, cells = str(grid.path), {}
     for cell in grid.cells:
         for method in tuning.methods:
-            for k, point in enumerate(method.points(tuning.trials)):
-                for seed in tuning.tuning_seeds:
-                    spec = spec_for(cell.spec, method, point, seed, where)
-                    label, experiment = _label(cell, method, k, seed), f"tuning/{method.name}"
+            trials = [
+                [spec_for(cell.spec, method, point, seed, where) for seed in tuning.tuning_seeds]
+                for point in tuning.points(method)
+            ]
+            dirs = [[str(default_run_dir(spec, root).resolve()) for spec in specs] for specs in trials]
+            for k, specs in enumerate(trials):
+                race = {"trial": dirs[k], "rivals": dirs[:k] + dirs[k + 1 :]} if tuning.race else None
+                for spec in specs:
+                    label, experiment = _label(cell, method, k, spec["seed"]), f"tuning/{method.name}"
                     run_dir = default_run_dir(spec, root)
-                    cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-tuning", experiment))
+                    cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-tuning", experiment, race))
     return list(cells.values())
 
 
@@ -230,7 +320,7 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
     for cell in grid.cells:
         for method in tuning.methods:
             tried = []
-            for k, point in enumerate(method.points(tuning.trials)):
+            for k, point in enumerate(tuning.points(method)):
                 specs = [spec_for(cell.spec, method, point, seed, str(grid.path)) for seed in tuning.tuning_seeds]
                 dirs = [RunDir(default_run_dir(spec, root)) for spec in specs]
                 if not all(d.finished for d in dirs):
@@ -238,25 +328,30 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
                 reached = [_reached(d, spec) for d, spec in zip(dirs, specs)]
                 times = [math.inf if m.grok_step is None else float(m.grok_step) for m in reached]
                 best_val = [m.best_val_acc or 0.0 for m in reached]
-                tried.append(
-                    {
-                        "point": k,
-                        "settings": point,
-                        "times": times,
-                        "median_time": float(np.median(times)),
-                        "median_best_val": float(np.median(best_val)),
-                    }
-                )
-            winner = min(tried, key=lambda t: (t["median_time"], -t["median_best_val"], t["point"]))
-            chosen.append(
-                {
-                    "cell": _name(cell),
-                    "method": method.name,
-                    "chosen": winner["point"],
-                    "settings": winner["settings"],
-                    "tried": tried,
+                trial = {
+                    "point": k,
+                    "settings": point,
+                    "times": times,
+                    "median_time": float(np.median(times)),
+                    "median_best_val": float(np.median(best_val)),
                 }
-            )
+                if tuning.race:  # what the race stopped, and the steps each run took of its budget
+                    results = [read_json(d / "result.json") for d in dirs]
+                    trial["raced"] = [r.get("stop_reason") == "raced" for r in results]
+                    trial["steps"] = [r["steps"] for r in results]
+                    trial["budget"] = [spec["train"]["steps"] for spec in specs]
+                tried.append(trial)
+            winner = min(tried, key=lambda t: (t["median_time"], -t["median_best_val"], t["point"]))
+            entry = {
+                "cell": _name(cell),
+                "method": method.name,
+                "chosen": winner["point"],
+                "settings": winner["settings"],
+                "tried": tried,
+            }
+            if tuning.shared:  # the fair fight's record: where the winner sits in its space
+                entry["edges"] = tuning.edges(method, winner["settings"])
+            chosen.append(entry)
     return chosen
 
 

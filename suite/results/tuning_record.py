@@ -33,6 +33,8 @@ def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> 
             for m in tuning.methods
         },
     }
+    if tuning.shared:  # the fair fight: the spaces every method shares, drawn as common points
+        record["shared"] = {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in tuning.shared.items()}
     old = record_of(path.parent)
     new_keys = {(c["cell"], c["method"]) for c in chosen}
     if old is not None and all(old.get(k) == v for k, v in record.items()):

@@ -18,6 +18,7 @@ class Cell:
     label: str = ""  # the axis values that make it, e.g. "opt=adamlr c=4 seed=1"
     grid: str | None = None  # the grid and experiment that asked for it, recorded in its result
     experiment: str | None = None
+    race: dict | None = None  # a tuning trial's run folders and its rivals' (suite/engine/race.py)
     tracker: object = field(default=None, compare=False)  # its W&B run (suite/launch/tracking.py), set as it runs
 
     @property
@@ -42,9 +43,17 @@ class Cell:
             "label": self.label,
             "grid": self.grid,
             "experiment": self.experiment,
+            "race": self.race,
             "spec": self.spec,
         }
 
     @classmethod
     def from_json(cls, entry: dict) -> Cell:
-        return cls(entry["spec"], Path(entry["run_dir"]), entry["label"], entry.get("grid"), entry["experiment"])
+        return cls(
+            entry["spec"],
+            Path(entry["run_dir"]),
+            entry["label"],
+            entry.get("grid"),
+            entry["experiment"],
+            entry.get("race"),
+        )

@@ -36,11 +36,13 @@ def tuning(board: Board) -> list[str]:
         "higher median best val) was rerun on the final seeds "
         f"{', '.join(map(str, record['final_seeds']))}, and only those runs are in the tables.\n",
         "## Spaces\n",
+        *_shared(record),
         md_table(
             ["method", "fixed", "space"],
             [[name, _settings(m["fixed"]), _settings(m["space"])] for name, m in record["methods"].items()],
             right=set(),
         ),
+        *_race(record),
         "## Chosen\n",
         md_table(
             ["cell", "method", "chosen point", "its settings", "median time (tuning seeds)", "every point's median"],
@@ -49,9 +51,12 @@ def tuning(board: Board) -> list[str]:
                     c["cell"],
                     c["method"],
                     str(c["chosen"]),
-                    _settings(c["settings"]),
+                    _settings(c["settings"]) + (f" (at an edge: {', '.join(c['edges'])})" if c.get("edges") else ""),
                     steps_text(_chosen(c)["median_time"]) + ("" if _worked(c) else " (tie-break)"),
-                    ", ".join(steps_text(t["median_time"]) for t in c["tried"]),
+                    ", ".join(
+                        steps_text(t["median_time"]) + (" (raced)" if any(t.get("raced", [])) else "")
+                        for t in c["tried"]
+                    ),
                 ]
                 for c in record["chosen"]
             ],
@@ -137,6 +142,38 @@ def _final_rows(board: Board, record: dict) -> dict:
             match = table[(table["cell_id"] == cell_id) & (table["method_id"] == method_id)]
             rows[c["cell"], c["method"]] = match.iloc[0].to_dict()
     return rows
+
+
+def _race(record: dict) -> list[str]:
+    """What the race saved: the budget steps its stopped runs did not take (an upper bound: without
+    the race some would have stopped on their own earlier), against every tuning run's steps."""
+    tried = [t for c in record["chosen"] for t in c["tried"] if "raced" in t]
+    if not tried:
+        return []
+    runs = sum(len(t["steps"]) for t in tried)
+    saved = sum(b - s for t in tried for s, b, raced in zip(t["steps"], t["budget"], t["raced"]) if raced)
+    ran = sum(sum(t["steps"]) for t in tried)
+    stopped = sum(map(sum, (t["raced"] for t in tried)))
+    return [
+        f"The race stopped each trial whose median could no longer end below a finished rival's (so the choice is "
+        f"the one a search without it makes): {stopped} of {runs} tuning runs stopped, "
+        f"{ran:,} steps ran, and the stopped runs left up to {saved:,} budget steps untaken "
+        f"({saved / (ran + saved):.0%} of the tuning at most).\n"
+    ]
+
+
+def _shared(record: dict) -> list[str]:
+    """The fair fight's shared spaces: what every method searched alike, and which methods fix a setting."""
+    if "shared" not in record:
+        return []
+    fixing = {key: [name for name, m in record["methods"].items() if key in m["fixed"]] for key in record["shared"]}
+    fixed = "; ".join(f"{', '.join(names)} fix {key} (their definition does)" for key, names in fixing.items() if names)
+    return [
+        f"Shared by every method, searched over the same ranges as common points (point k of every method has "
+        f"the same shared values): {_settings(record['shared'])}."
+        + (f" {fixed}." if fixed else "")
+        + " A chosen setting within 10% of a bound of its space (on its scale) is marked at an edge.\n"
+    ]
 
 
 def _time(median: float, low: float, high: float) -> str:

@@ -1,0 +1,109 @@
+"""The fair fight's protocol (suite/launch/tuning.py, suite/engine/race.py): shared spaces drawn as
+common points, winners flagged at an edge of their space, final runs watched past the hold, and a
+race that stops trials which can no longer win without changing the winner."""
+
+import json
+import textwrap
+import tomllib
+
+import pytest
+
+from suite import SuiteError
+from suite.cli import main
+from suite.launch.grid import load
+from suite.launch.tuning import check_cells, parse
+from suite.leaderboard import generate
+
+# sparse parity, which a good point learns within tens of steps and a poor one not at all in 100
+FIGHT = textwrap.dedent("""
+    name = "fight"
+    [fixed]
+    task = "sparse_parity"
+    n_bits = 8
+    k = 2
+    n_examples = 256
+    batch_size = 32
+    d = 16
+    hidden = 32
+    "train.steps" = 100
+    eval_every = 10
+    hold = 20
+    patience = 40
+    [tuning]
+    trials = 6
+    tuning_seeds = [100, 101]
+    final_seeds = [0, 1, 2, 3, 4]
+    race = RACE
+    [tuning.shared]
+    lr = { log = [0.0001, 0.3] }
+    weight_decay = { log = [0.0001, 1.0] }
+    [tuning.methods.adamw]
+    opt = "adamw"
+    [tuning.methods.adamwlr]
+    opt = "adamwlr"
+    baseline = "adamw"
+    space = { c = { log = [1, 30] } }
+    [tuning.methods.ortho]
+    opt = "adamw"
+    filter = "orthograd"
+    weight_decay = 0.0
+    baseline = "adamw"
+""")
+
+
+def _tuning(text: str = FIGHT, name: str = "fight"):
+    return parse(tomllib.loads(text.replace("RACE", "true"))["tuning"], "fight.toml", name)
+
+
+def test_common_points_are_the_same_for_every_method_and_a_method_that_fixes_a_shared_setting_keeps_it():
+    tuning = _tuning()
+    adamw, adamwlr, ortho = (tuning.points(m) for m in tuning.methods)
+    assert len(adamw) == len(adamwlr) == len(ortho) == 6
+    for a, b, o in zip(adamw, adamwlr, ortho):
+        assert set(a) == {"lr", "weight_decay"} and set(b) == {"lr", "weight_decay", "c"} and set(o) == {"lr"}
+        assert a["lr"] == b["lr"] == o["lr"] and a["weight_decay"] == b["weight_decay"]  # paired point by point
+        assert 1e-4 <= a["lr"] <= 0.3 and 1 <= b["c"] <= 30
+    assert len({p["lr"] for p in adamw}) == 6  # quasi-random: every point a different lr
+    assert adamw == _tuning().points(tuning.methods[0])  # the same on every call and machine
+    assert adamw != _tuning(name="other").points(tuning.methods[0])  # seeded by the grid
+
+
+def test_a_method_cannot_search_a_shared_setting_in_a_range_of_its_own():
+    text = FIGHT.replace("space = { c = { log = [1, 30] } }", "space = { lr = { log = [0.001, 1.0] } }")
+    with pytest.raises(SuiteError, match="searches 'lr' in a space of its own, but it is shared"):
+        _tuning(text)
+
+
+def test_a_setting_near_a_bound_of_its_space_is_flagged_on_its_own_scale():
+    tuning = _tuning()
+    adamwlr = tuning.methods[1]
+    edges = tuning.edges(adamwlr, {"lr": 0.25, "weight_decay": 0.01, "c": 1.2})
+    assert edges == ["lr at 0.98 of its log range", "c at 0.05 of its log range"]
+    assert tuning.edges(adamwlr, {"lr": 0.005, "weight_decay": 0.01, "c": 5.0}) == []
+
+
+def test_final_runs_that_stop_before_twice_the_hold_past_their_grok_step_are_refused(tmp_path):
+    (tmp_path / "g.toml").write_text(FIGHT.replace("RACE", "true").replace("patience = 40", "patience = 30"))
+    grid = load(tmp_path / "g.toml")
+    with pytest.raises(SuiteError, match=r"stops its runs 30 steps after their grok step .* 2 x train.hold = 40"):
+        check_cells(grid, parse(grid.tuning, "g.toml", grid.name))
+
+
+def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_path, capsys):
+    chosen = {}
+    for race in ("false", "true"):
+        (tmp_path / f"{race}.toml").write_text(FIGHT.replace("RACE", race))
+        root = tmp_path / race
+        assert main(["tune", str(tmp_path / f"{race}.toml"), "--root", str(root), "--workers", "2"]) == 0
+        record = json.loads((root / "final" / "tuning.json").read_text())
+        chosen[race] = {
+            (c["method"], c["chosen"], str(c["settings"]), c["tried"][c["chosen"]]["median_time"])
+            for c in record["chosen"]
+        }
+        stops = [json.loads(p.read_text())["stop_reason"] for p in (root / "tuning").rglob("result.json")]
+        assert ("raced" in stops) == (race == "true"), stops  # the race ran, so the test could fail
+    assert chosen["true"] == chosen["false"]
+    generate(tmp_path / "true" / "final", tmp_path / "board")
+    page = (tmp_path / "board" / "tuning.md").read_text()
+    assert "The race stopped each trial" in page and "(raced)" in page
+    assert "Shared by every method" in page and "ortho fix weight_decay" in page
