@@ -128,3 +128,13 @@ def test_an_out_that_cannot_be_written_is_one_line_before_any_run_is_read(tmp_pa
     assert main(["compare", str(tmp_path / "r"), "--a", "opt.name=adam", "--out", str(tmp_path / "file" / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot write to" in err[0] and (tmp_path / "file").read_text() == "in the way"
+
+
+def test_two_roots_of_different_methods_say_that_two_roots_pair_a_method_with_itself(tmp_path, capsys):
+    for seed in range(5):
+        write_run(tmp_path / "a", seed, opt="adam", grok_step=400)
+        write_run(tmp_path / "b", seed, opt="adamlr", grok_step=200)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "no cell where both sides ran the same method" in err and "--a / --b filters" in err
+    assert not (tmp_path / "out").exists()

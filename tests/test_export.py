@@ -189,3 +189,15 @@ def test_a_result_without_a_spec_or_curves_without_a_step_is_a_warning_naming_th
     exported = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     curves = pd.read_parquet(tmp_path / "out" / "curves.parquet")
     assert list(exported["run"]) == ["kept", "no_steps"] and set(curves["run"]) == {"kept"}
+
+
+def test_a_root_made_of_links_to_other_roots_runs_is_read_through_them_each_once(tmp_path):
+    source = REPO / "leaderboards/hessian/runs"
+    root = tmp_path / "root"
+    root.mkdir()
+    for folder in (d for d in source.iterdir() if d.is_dir()):
+        (root / folder.name).symlink_to(folder)
+    (root / "again").symlink_to(root)  # a link back up is followed once, not forever
+    assert main(["export", str(root), "--out", str(tmp_path / "out")]) == 0
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert len(runs) == len(list(source.rglob("result.json"))) > 0

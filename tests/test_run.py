@@ -268,3 +268,21 @@ def test_readme_main_command_runs_the_quick_grid_then_prints_its_leaderboard(tmp
     out = run_cli("leaderboard", REPO / "tests/fixtures/leaderboard/runs", "--out", tmp_path / "board")
     assert out.returncode == 0 and "| # | method | seeds | success |" in out.stdout
     assert any(line.startswith("plot: ") and line.endswith(".png") for line in out.stdout.splitlines())
+
+
+def test_run_like_reruns_a_run_s_spec_with_only_the_changes_given(tmp_path):
+    first = tmp_path / "first"
+    args = ["--set", "p=23", "--set", "batch_size=64", "--steps", "20", "--set", "eval_every=10", "--seed", "3"]
+    assert run_cli("run", *args, "--opt", "adamlr", "--set", "c=4", "--out", first).returncode == 0
+    again = run_cli("run", "--like", first, "--out", first)  # the very spec, seed included
+    assert again.returncode == 0 and "already finished" in again.stderr, again.stderr
+    assert run_cli("run", "--like", first, "--set", "opt.lr=0.02", "--out", tmp_path / "lr").returncode == 0
+    assert run_cli("run", "--like", first, "--opt", "adam", "--out", tmp_path / "adam").returncode == 0
+    ran, lr, adam = (json.loads((d / "spec.json").read_text()) for d in (first, tmp_path / "lr", tmp_path / "adam"))
+    assert lr == {**ran, "opt": {**ran["opt"], "lr": 0.02}}
+    # another optimizer starts from its own defaults, the rest of the run's spec kept
+    assert adam["opt"] == json.loads(json.dumps(resolve({"opt": "adam"})["opt"])) and {
+        k: v for k, v in adam.items() if k != "opt"
+    } == {k: v for k, v in ran.items() if k != "opt"}
+    refused = run_cli("run", "--like", tmp_path / "nowhere")
+    assert refused.returncode == 2 and "no spec.json there" in refused.stderr

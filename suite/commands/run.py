@@ -22,8 +22,13 @@ def add(sub) -> None:
     p.add_argument("--sampler", help="sampler name (default random)")
     p.add_argument("--filter", help="gradient filter name (default none)")
     p.add_argument("--preset", help="a named configuration (see `list preset`); flags and --set override it")
+    p.add_argument(
+        "--like",
+        metavar="RUN_DIR",
+        help="start from the spec an existing run ran (its spec.json, seed included); flags and --set change it",
+    )
     seed = p.add_mutually_exclusive_group()
-    seed.add_argument("--seed", type=int, default=0, help="run seed: initialisation, split and batches (default 0)")
+    seed.add_argument("--seed", type=int, help="run seed: initialisation, split and batches (default 0)")
     seed.add_argument(
         "--seeds",
         metavar="LIST",
@@ -88,14 +93,39 @@ def resolve_specs(args) -> list[dict]:
     if args.steps is not None:
         settings["train.steps"] = args.steps
     choices = {"task": args.task, "model": args.model, "opt": args.opt, "sampler": args.sampler, "filter": args.filter}
+    like_seed = None
+    if args.like:
+        if args.preset:
+            raise SuiteError("--like and --preset both give a starting spec: use one")
+        choices, settings, like_seed = like(args.like, choices, settings)
     if args.preset:
         from suite.specs.presets import apply
 
         choices, settings = apply(args.preset, choices, settings)
-    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
+    default = [like_seed if like_seed is not None else 0]
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed] if args.seed is not None else default
     if args.out and len(seeds) > 1:
         raise SuiteError("--out names one run dir; with several --seeds each seed gets its own under --root")
     return [resolve(choices, settings, seed) for seed in seeds]
+
+
+def like(run_dir: str, choices: dict, settings: dict) -> tuple[dict, dict, int]:
+    """The components, settings and seed of the spec a run ran, under the flags' own: a component the
+    flags change takes its own defaults, not the run's settings of the one it replaces."""
+    from suite.results.rundir import read_json
+    from suite.specs.spec import with_later_defaults
+
+    path = Path(run_dir) / "spec.json"
+    if not path.is_file():
+        raise SuiteError(f"--like {run_dir}: no spec.json there (a run folder holds one from its start)")
+    spec = read_json(path)
+    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), dict) for k in ("task", "model")):
+        raise SuiteError(f"--like {run_dir}: {path} is not a spec of this suite")
+    spec = with_later_defaults(spec)
+    kinds = [k for k, part in spec.items() if isinstance(part, dict)]
+    kept = {k: spec[k]["name"] for k in kinds if k != "train" and choices.get(k) in (None, spec[k]["name"])}
+    ran = {f"{k}.{key}": v for k in kinds if k in kept or k == "train" for key, v in spec[k].items() if key != "name"}
+    return {**kept, **{k: v for k, v in choices.items() if v is not None}}, {**ran, **settings}, spec["seed"]
 
 
 def parse_sets(pairs: list[str]) -> dict[str, str]:

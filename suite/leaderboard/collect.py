@@ -18,6 +18,7 @@ import pandas as pd
 from suite.errors import SuiteError
 from suite.leaderboard.tables import fmt_value
 from suite.results.result import TRAIN, has_full_spec, runner_of
+from suite.results.rundir import result_files
 from suite.specs.config import TrainConfig
 from suite.specs.spec import spec_id, with_later_defaults
 
@@ -166,7 +167,7 @@ def collect(root: str | Path) -> Collection:
 def _results(root: Path):
     """(run dir relative to root, runner, result) of every readable result.json, each spec once."""
     seen = set()
-    for path in sorted(root.rglob("result.json")):
+    for path in result_files(root):
         try:
             result = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

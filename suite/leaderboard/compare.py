@@ -123,7 +123,12 @@ def compare(a: Side, b: Side) -> pd.DataFrame:
     if not rows:
         raise SuiteError(
             "no cell where both sides ran"
-            + (" (one root: give --a and --b filters that keep different methods or cells)" if same_root else "")
+            + (
+                " (one root: give --a and --b filters that keep different methods or cells)"
+                if same_root
+                else " the same method (two roots pair each cell's method with that method in the other root; to "
+                "compare two methods, give one root that holds both and --a / --b filters)"
+            )
         )
     order = ["task", "model", "cell", "method_a", "method_b"]
     return pd.DataFrame(rows).sort_values(order, kind="stable", ignore_index=True)

@@ -29,7 +29,7 @@ import pandas as pd
 
 from suite.errors import SuiteError
 from suite.results.result import has_full_spec, runner_of
-from suite.results.rundir import RunDir, check_writable, read_json, write_atomic
+from suite.results.rundir import RunDir, check_writable, read_json, result_files, write_atomic
 from suite.specs.spec import cell_id
 
 SCALARS = (str, int, float, bool)
@@ -111,7 +111,7 @@ def _spec_order(column: str) -> int:
 def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
     """(runs, curves, probes or None) of every readable result.json under root."""
     ids, specs, scalars, curves, probes = [], [], [], [], []
-    for path in sorted(root.rglob("result.json")):
+    for path in result_files(root):
         run = path.parent.relative_to(root).as_posix()
         try:
             result = _read_result(path)

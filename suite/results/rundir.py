@@ -317,3 +317,18 @@ def set_rng_states(state: dict, device) -> None:
         torch.set_rng_state(state["torch_rng"].cpu())
     if "cuda_rng" in state and getattr(device, "type", None) == "cuda":
         torch.cuda.set_rng_state(state["cuda_rng"].cpu(), device)
+
+
+def result_files(root: Path) -> list[Path]:
+    """Every result.json under root, sorted, following links to folders (a root assembled from links
+    to other roots' runs), each real folder once."""
+    seen, found = set(), []
+    for here, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(here)
+        if real in seen:  # a link back up, or a second link to one folder
+            dirs.clear()
+            continue
+        seen.add(real)
+        if "result.json" in files:
+            found.append(Path(here) / "result.json")
+    return sorted(found)
