@@ -1,6 +1,7 @@
 """W&B tracking, offline: the files a compute node writes for `wandb sync` hold the right run."""
 
 import json
+import math
 import os
 import signal
 import struct
@@ -14,7 +15,7 @@ from conftest import REPO, TINY_FIXED, run_cli, wait_for_step
 
 from suite.cli import main
 from suite.launch.grid import load
-from suite.launch.tracking import ID_FILE, default_mode, kept_run_id, make_tracker
+from suite.launch.tracking import ID_FILE, default_mode, job_type, kept_run_id, make_tracker, problem
 from suite.specs.cell import Cell
 from suite.specs.spec import canonical, cell_id, spec_id
 
@@ -102,14 +103,15 @@ def read_offline(path: Path) -> dict:
 
 def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_path):
     grid = tmp_path / "wb.toml"
-    grid.write_text('name = "wbgrid"\n' + TINY_FIXED + 'opt = "adamlr"\n')
+    grid.write_text('name = "wbgrid"\n' + TINY_FIXED + '[axes]\nopt = ["adamlr", "adam"]\n')
     env = {"WANDB_DIR": str(tmp_path), "WANDB_PROJECT": "suite-test", **OFFLINE}
     proc = run_cli("grid", grid, "--root", tmp_path / "runs", env=env)  # --wandb defaults to WANDB_MODE
     assert proc.returncode == 0, proc.stderr
-    cell = load(grid).cells[0]
-    run = offline_run(tmp_path, kept_id(cell.under(tmp_path / "runs").run_dir))
-    # the group is the cell without its seed: W&B averages one method's seeds, never two methods
-    assert run["run"].run_group == cell_id(cell.spec) and run["run"].job_type == "adamlr+none+random"
+    cell, other = load(grid, tmp_path / "runs").cells
+    run, other_run = (offline_run(tmp_path, kept_id(c.run_dir)) for c in (cell, other))
+    # the group is the problem (the cell without its method and seed): both methods' runs side by side
+    assert run["run"].run_group == other_run["run"].run_group == problem(cell.spec)
+    assert run["run"].job_type == "adamlr+none+random" and other_run["run"].job_type == "adam+none+random"
     assert run["run"].project == "suite-test"
     tags = list(run["run"].tags)
     assert {"modular", "mlp", "adamlr", "random", "seed0", "wbgrid"} <= set(tags) and len(tags) == len(set(tags))
@@ -120,18 +122,16 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
         "grid": "wbgrid",
         "experiment": "wbgrid",
     }
-    metrics = [
-        json.loads(line) for line in (cell.under(tmp_path / "runs").run_dir / "metrics.jsonl").read_text().splitlines()
-    ]
+    metrics = [json.loads(line) for line in (cell.run_dir / "metrics.jsonl").read_text().splitlines()]
     history = [{k: v for k, v in h.items() if not k.startswith("_")} for h in run["history"]]
     assert [h["val_acc"] for h in history] == [m["val_acc"] for m in metrics]
     assert [h["_step"] for h in run["history"]] == [m["step"] for m in metrics] == [0, 10, 20, 30, 40]
-    result = json.loads((cell.under(tmp_path / "runs").run_dir / "result.json").read_text())
+    result = json.loads((cell.run_dir / "result.json").read_text())
     for key in ("memorization_step", "grok_step", "delay", "final_val_acc", "steps", "best_val_acc"):
         assert run["summary"][key] == result[key]
     grokked = result["grok_step"] is not None
     assert run["summary"]["grokked"] == grokked and run["summary"]["time_to_target_censored"] == (not grokked)
-    assert run["summary"]["time_to_target"] == (result["grok_step"] if grokked else 40)  # the budget when censored
+    assert run["summary"]["time_to_target"] == (result["grok_step"] if grokked else math.inf)  # as on the board
     assert run["artifacts"] == [f"run-{spec_id(cell.spec)}"]
     assert run["exit"] == 0
 
@@ -363,3 +363,27 @@ def test_a_training_run_sends_its_curves_plot_and_a_probe_run_its_scores_per_lay
     assert run["summary"]["numbers/best_pls_r2"] == best["pls_r2"]["mean"]
     assert run["artifacts"] == [f"run-{result['run_id']}"] and run["exit"] == 0
     assert sorted(run["artifact_files"]) == ["probe.csv", "probe_layers.png", "probe_pc1.png", "result.json"]
+
+
+def test_track_logs_finished_run_folders_grouped_by_problem_and_typed_by_tuned_method(tmp_path):
+    from test_leaderboard_embedding import write_run
+
+    root = tmp_path / "board"
+    for opt in ("adam", "adamw"):
+        write_run(root, 0, opt=opt, grok_step=300 if opt == "adam" else None)
+    result_of = {p.parent: json.loads(p.read_text()) for p in root.rglob("result.json")}
+    tuned = next(d for d, r in result_of.items() if r["spec"]["opt"]["name"] == "adamw")
+    result_of[tuned] |= {"grid": "tuned-final", "experiment": "grokfast_control"}  # a tuned method's final run
+    (tuned / "result.json").write_text(json.dumps(result_of[tuned]))
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    env = {"WANDB_DIR": str(tmp_path), **OFFLINE}
+    proc = run_cli("track", root, "--wandb", "offline", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing written into them
+    runs = {d: offline_run(tmp_path, "r" + spec_id(r["spec"])[:7]) for d, r in result_of.items()}
+    assert len({run["run"].run_group for run in runs.values()}) == 1  # one problem, two methods
+    assert {run["run"].job_type for run in runs.values()} == {"adam+none+random", "grokfast_control"}
+    assert runs[tuned]["summary"]["time_to_target"] == math.inf and len(runs[tuned]["history"]) > 0
+    assert job_type(result_of[tuned]["spec"], "tuned-tuning", "tuning/adamw") == "adamw"
+    refused = run_cli("track", root, "--wandb", "off", env=env)
+    assert refused.returncode == 2 and "give --wandb offline" in refused.stderr

@@ -5,29 +5,33 @@ off). The usual environment variables apply: WANDB_PROJECT (default "grokking-su
 WANDB_ENTITY, WANDB_DIR (where offline runs go), WANDB_API_KEY. On compute nodes without
 network use offline, then `wandb sync <WANDB_DIR>/wandb/offline-run-*` from a machine that has it.
 
-One W&B run per run dir: group = the cell (cell_id: the spec's hash without its seed, so W&B's
-grouping averages the seeds of one method in one cell, never two methods), job_type = the method
-(optimizer+filter+sampler), config = the full spec plus spec_id, cell_id, method, grid and
-experiment. The summary holds the result's milestones, `grokked` and a numeric
-`time_to_target` (the held grok step, or the budget when the run did not grok, with
+One W&B run per run dir: group = the problem (the cell without its method and seed, split as the
+board splits a run: every method's seeds of one problem in one group), job_type = the method
+(optimizer+filter+sampler; for a tuned grid's run, the method it was tuned as, so that tuned AdamW
+and Grokfast's control differ), config = the full spec plus spec_id, cell_id, method, grid and
+experiment. The summary holds the result's milestones, `grokked` and `time_to_target` as the board
+counts it (the held grok step, or infinity when the run did not grok, with
 `time_to_target_censored` true), `val_acc` keeps its maximum, and result.json, the curves
 (metrics.jsonl) and their plot (curves.png: train and val accuracy against step) are logged as an
 artifact. A number probe is a W&B run too (job_type = its task): per layer `numbers/rho`,
 `numbers/pls_r2`, ... logged at step = layer, the layer with the best PLS R^2 and its scores in the
 summary, and result.json, probe.csv and its plots as the artifact. A W&B workspace that reads like the leaderboard:
-group by cell_id, color by job_type, chart val_acc against step, sort by time_to_target. The W&B run id is made at
+group by problem, color by job_type, chart val_acc against step, sort by time_to_target. The W&B run id is made at
 the run's first start and kept in its run dir (wandb_id.txt), so a preempted and requeued run
 goes on in the same W&B run (resume="allow"), while a fresh run of the same spec (another run
 dir, or the same one removed and run again) gets its own. Under a sweep agent W&B takes the
 agent's id instead, and that is the one kept. The runner starts W&B before
-training, so its start-up (seconds) is not counted in the run's wall time. The leaderboard
-never reads W&B: result.json is the record.
+training, so its start-up (seconds) is not counted in the run's wall time. `suite track ROOT` logs
+finished run folders (a committed board's, say) the same way after the fact, writing nothing into
+them. The leaderboard never reads W&B: result.json is the record.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
+import math
 import os
 import secrets
 import string
@@ -128,14 +132,31 @@ def method(spec: dict) -> str:
     return "+".join(spec[kind]["name"] for kind in ("opt", "filter", "sampler"))
 
 
+def job_type(spec: dict, grid: str | None, experiment: str | None) -> str:
+    """W&B's job type: the method. A tuned grid's run belongs to the method it was tuned as (two
+    methods may share an optimizer: tuned AdamW and Grokfast's control); any other run's method is
+    its optimizer, filter and sampler."""
+    if grid and grid.endswith(("-tuning", "-final")) and experiment:
+        return experiment.removeprefix("tuning/")
+    return method(spec)
+
+
+def problem(spec: dict) -> str:
+    """W&B's group: the problem a run was set, its cell without its method and seed, as the board
+    splits a run (leaderboard/collect.py): every method's seeds of one problem share the group."""
+    from suite.leaderboard.collect import problem_and_method, settings_key
+
+    key = hashlib.sha256(repr(settings_key(problem_and_method(spec)[0])).encode()).hexdigest()[:10]
+    return f"{spec['task']['name']}-{spec['model']['name']}-{key}"
+
+
 def time_to_target(result: dict) -> dict:
-    """Numeric summary fields W&B can sort and sweep on: a run that did not grok counts its whole
-    budget (censored: it would have taken longer), instead of a null that sorts nowhere."""
+    """Summary fields W&B can sort on, as the board counts them: the held grok step, or infinity for
+    a run that did not grok (censored: `time_to_target_censored`)."""
     grokked = result.get("grok_step") is not None
-    budget = result["spec"]["train"]["steps"]
     return {
         "grokked": grokked,
-        "time_to_target": result["grok_step"] if grokked else budget,
+        "time_to_target": result["grok_step"] if grokked else math.inf,
         "time_to_target_censored": not grokked,
     }
 
@@ -151,9 +172,18 @@ class WandbTracker:
     """What train() calls: log(record, step) per evaluation and finish(result) at the end."""
 
     def __init__(
-        self, mode: str, spec: dict, run_dir: str | Path, grid: str | None = None, experiment: str | None = None
+        self,
+        mode: str,
+        spec: dict,
+        run_dir: str | Path,
+        grid: str | None = None,
+        experiment: str | None = None,
+        finished: bool = False,
     ):
-        self.mode, self.spec, self.run_dir, self.run, self.id_kept = mode, spec, Path(run_dir), None, False
+        # finished: a run folder logged after the fact (`suite track`): nothing is written into it, and
+        # its W&B id comes from its spec, so that logging it again updates the same W&B run
+        self.mode, self.spec, self.run_dir, self.run, self.id_kept = mode, spec, Path(run_dir), None, finished
+        self.finished = finished
         task, model = spec["task"]["name"], spec["model"]["name"]
         trains = "train" in spec  # else a task with its own runner: no optimizer, no curves
         opt = spec["opt"]["name"] if trains else "probe"
@@ -164,11 +194,15 @@ class WandbTracker:
         where = {"grid": grid, "experiment": experiment}
         self.init_args = dict(
             project=os.environ.get("WANDB_PROJECT") or "grokking-suite",
-            group=cell_id(spec),
-            job_type=method(spec) if trains else task,
+            group=problem(spec) if trains else cell_id(spec),
+            job_type=job_type(spec, grid, experiment) if trains else task,
             tags=tags,
             config=spec
-            | {"spec_id": spec_id(spec), "cell_id": cell_id(spec), "method": method(spec) if trains else task}
+            | {
+                "spec_id": spec_id(spec),
+                "cell_id": cell_id(spec),
+                "method": job_type(spec, grid, experiment) if trains else task,
+            }
             | where,
             name=f"{task}-{model}-{opt}-s{spec['seed']}-{spec_id(spec)[:6]}",
             resume="allow",
@@ -180,7 +214,7 @@ class WandbTracker:
         import wandb
 
         global _online_failed
-        run_id = kept_run_id(self.run_dir)
+        run_id = "r" + spec_id(self.spec)[:7] if self.finished else kept_run_id(self.run_dir)
         if self.init_args["mode"] == "online" and _online_failed:
             self.init_args["mode"] = "offline"
         try:
@@ -200,7 +234,7 @@ class WandbTracker:
             self.run = wandb.init(**self.init_args, id=new_run_id())
         self.run.define_metric("val_acc", summary="max")
         # A sweep agent names its runs itself (W&B then ignores ours): keep the id W&B used.
-        self.id_kept = self.run.id == run_id and (self.run_dir / ID_FILE).exists()
+        self.id_kept = self.finished or (self.run.id == run_id and (self.run_dir / ID_FILE).exists())
 
     def keep_id(self) -> None:
         """Write the W&B run's id into the run dir once the run is under way there (the loop has

@@ -187,14 +187,23 @@ def _results(root: Path):
             yield path.parent.relative_to(root).as_posix(), runner, read
 
 
+def problem_and_method(spec: dict) -> tuple[dict, dict]:
+    """A trained run's settings split as a board splits them: the problem (task, model and what
+    counts as success: a table of the board; W&B's group) and the method (optimizer, filter, sampler
+    and the rest of the train settings: a row of that table)."""
+    train = spec["train"]
+    problem = {f"{kind}.{k}": frozen(v) for kind in ("task", "model") for k, v in spec[kind].items()}
+    problem |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train} | {"train.hold": hold_of(train)}
+    method = {f"{kind}.{k}": frozen(v) for kind in COMPONENTS for k, v in spec[kind].items()}
+    method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in CELL_TRAIN + CONDITION_TRAIN}
+    return problem, method
+
+
 def _training_run(col: Collection, ids: dict, rel: str, result: dict) -> dict:
     """A training run's row: its cell and method (registered in col on first sight), its metrics read."""
     spec = result["spec"]
     train = spec["train"]
-    cell = {f"{kind}.{k}": frozen(v) for kind in ("task", "model") for k, v in spec[kind].items()}
-    cell |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train} | {"train.hold": hold_of(train)}
-    method = {f"{kind}.{k}": frozen(v) for kind in COMPONENTS for k, v in spec[kind].items()}
-    method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in CELL_TRAIN + CONDITION_TRAIN}
+    cell, method = problem_and_method(spec)
     cell_id = ids["cell"].setdefault(settings_key(cell), len(ids["cell"]))
     method_id = ids["method"].setdefault(settings_key(method), len(ids["method"]))
     col.cells.setdefault(cell_id, cell)  # in the spec's order, for the headers
