@@ -157,7 +157,7 @@ class Campaign:
         return self.out
 
 
-DEVICE_TESTS = Path(__file__).resolve().parents[1] / "tests" / "test_device.py"  # found from any folder
+DEVICE_TESTS = Path(__file__).resolve().parents[2] / "tests" / "test_device.py"  # found from any folder
 
 
 def check(c: Campaign) -> None:

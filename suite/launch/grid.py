@@ -87,7 +87,7 @@ class Grid:
         return Grid(self.name, self.path, [c.under(root) for c in self.cells], self.slurm, self.tuning)
 
 
-SHIPPED = Path(__file__).parent / "grids"  # suite/grids/*.toml, also inside an installed wheel
+SHIPPED = Path(__file__).resolve().parents[1] / "grids"  # suite/grids/*.toml, also inside an installed wheel
 
 
 def load(path: str | Path, root: str | Path = "runs") -> Grid:

@@ -20,8 +20,8 @@ from suite.errors import SuiteError
 from suite.launch.grid import Cell, Grid
 from suite.launch.manifest import new_submission_dir, plan_chunks, write_manifest
 
-_INSTALLED = Path(__file__).resolve().parent / "slurm_template" / "array.sbatch"  # from a wheel
-TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parent.parent / "slurm" / "array.sbatch"
+_INSTALLED = Path(__file__).resolve().parents[1] / "slurm_template" / "array.sbatch"  # from a wheel
+TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parents[2] / "slurm" / "array.sbatch"
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0..1000)
 PROGRESS_MARGIN_S = 240  # the least a task should train between its start and its USR1 (start-up is ~10-60 s)
 

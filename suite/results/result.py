@@ -37,7 +37,7 @@ def has_full_spec(result) -> bool:
     return all(isinstance(spec.get(kind), dict) for kind in needed)
 
 
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _git(*args: str) -> subprocess.CompletedProcess | None:
@@ -58,7 +58,7 @@ def git_commit() -> str | None:
     out = _git("rev-parse", "HEAD")
     if out is not None:
         return out.stdout.strip() or None
-    stamp = Path(__file__).with_name("COMMIT")
+    stamp = Path(__file__).resolve().parents[1] / "COMMIT"
     return (stamp.read_text().strip() or None) if stamp.is_file() else None
 
 
