@@ -11,7 +11,8 @@ import pytest
 from suite import SuiteError
 from suite.cli import main
 from suite.launch.grid import load
-from suite.launch.tuning import check_cells, parse
+from suite.launch.spaces import parse
+from suite.launch.tuning import check_cells
 from suite.leaderboard import generate
 
 # sparse parity, which a good point learns within tens of steps and a poor one not at all in 100

@@ -16,6 +16,7 @@ from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, insight
 
 from suite import SuiteError
 from suite.engine.member import Member
+from suite.engine.plan import stacks
 from suite.engine.train import train
 from suite.specs.spec import resolve
 
@@ -192,7 +193,7 @@ def test_what_does_not_apply_to_images_is_refused(cache, choices, message):
             {"task": "polygons", "model": "resnet18", **choices},
             {"resolution": RES} if choices.get("task") != "modular" else {},
         )
-        Member.build(spec, torch.device("cpu"))
+        stacks([Member.build(spec, torch.device("cpu"))], torch.device("cpu"))  # its optimizer: the stack's
 
 
 def test_transformer_refuses_images(cache):

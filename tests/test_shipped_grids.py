@@ -7,7 +7,8 @@ import pytest
 from conftest import REPO
 
 from suite.launch.grid import load
-from suite.launch.tuning import final_cells, parse, tuning_cells
+from suite.launch.spaces import parse
+from suite.launch.tuning import final_cells, tuning_cells
 from suite.specs.presets import apply
 from suite.specs.spec import resolve, spec_id
 

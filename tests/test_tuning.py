@@ -13,7 +13,7 @@ from test_bad_input import refused, snapshot
 from suite import SuiteError
 from suite.cli import main
 from suite.launch.grid import load
-from suite.launch.tuning import Method, parse
+from suite.launch.spaces import Method, parse
 from suite.leaderboard import generate
 from suite.leaderboard.studies import tuning
 from suite.results.tuning_record import record_of

@@ -26,8 +26,9 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from suite.launch import grid
+    from suite.launch.spaces import parse
     from suite.launch.submit import check_flags, run_grid
-    from suite.launch.tuning import check_cells, choose, final_cells, parse, tuning_cells
+    from suite.launch.tuning import check_cells, choose, final_cells, tuning_cells
     from suite.results.tuning_record import record_of, write_record
 
     root = Path(args.root)

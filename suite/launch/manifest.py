@@ -47,24 +47,12 @@ def execute(
     trains nothing (the number probes) runs its registered runner, cell after cell, instead of the
     training loop."""
     from suite.engine.train import Preempted, train
-    from suite.launch.tracking import make_tracker
     from suite.specs.spec import runner_of_task
 
-    for cell in changed_code(cells):
-        if not rerun_changed:
-            raise SuiteError(f"{cell.run_dir} {made_by_other_code(cell)}")
-        RunDir(cell.run_dir).discard()
-    for cell in cells:
-        if RunDir(cell.run_dir).finished:
-            print(f"already finished: {cell.name}", file=sys.stderr)
-    cells = [c for c in cells if not RunDir(c.run_dir).finished]
+    cells = _to_run(cells, wandb, rerun_changed)
     if not cells:
         return []
     dirs = [RunDir(c.run_dir) for c in cells]
-    for rd in dirs:  # before W&B starts: a second process must not write into the owner's W&B run
-        if rd.is_locked():
-            raise RunLocked(f"another process is running this spec in {rd.path}")
-    cells = [c if c.tracker is not None else replace(c, tracker=make_tracker(wandb, c)) for c in cells]
     live = [c.tracker for c in cells if c.tracker is not None]  # train() starts them once the cells build
     runner = runner_of_task(cells[0].spec["task"]["name"])
     try:
@@ -99,6 +87,25 @@ def execute(
     for tracker in live:
         tracker.close(0)  # no-op unless train() found the cell finished by another process
     return results
+
+
+def _to_run(cells: list[Cell], wandb: str, rerun_changed: bool) -> list[Cell]:
+    """The cells still to run, each with its tracker: those made by other code refused (or emptied
+    with rerun_changed), the finished ones said so, one another process runs refused."""
+    from suite.launch.tracking import make_tracker
+
+    for cell in changed_code(cells):
+        if not rerun_changed:
+            raise SuiteError(f"{cell.run_dir} {made_by_other_code(cell)}")
+        RunDir(cell.run_dir).discard()
+    for cell in cells:
+        if RunDir(cell.run_dir).finished:
+            print(f"already finished: {cell.name}", file=sys.stderr)
+    cells = [c for c in cells if not RunDir(c.run_dir).finished]
+    for cell in cells:  # before W&B starts: a second process must not write into the owner's W&B run
+        if RunDir(cell.run_dir).is_locked():
+            raise RunLocked(f"another process is running this spec in {cell.run_dir}")
+    return [c if c.tracker is not None else replace(c, tracker=make_tracker(wandb, c)) for c in cells]
 
 
 def statuses(cells: list[Cell]) -> list[str]:

@@ -12,7 +12,7 @@ from suite.results.rundir import UnreadableFile, read_json, write_json
 
 if TYPE_CHECKING:  # what `suite tune` hands the writer; the reader needs neither
     from suite.launch.grid import Grid
-    from suite.launch.tuning import Tuning
+    from suite.launch.spaces import Tuning
 
 
 def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> None:
