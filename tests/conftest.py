@@ -38,6 +38,22 @@ hidden = 32
 eval_every = 10
 """
 
+# A grid's [fixed] table of sparse parity, which a good point learns for good within tens of steps
+# and a poor one not at all in 100 (each test adds its own train.patience)
+PARITY_FIXED = """
+[fixed]
+task = "sparse_parity"
+n_bits = 8
+k = 2
+n_examples = 256
+batch_size = 32
+d = 16
+hidden = 32
+"train.steps" = 100
+eval_every = 10
+hold = 20
+"""
+
 # a [tuning] table of one method and one point: the tune command's paths in a few runs
 ONE_POINT = """
 [tuning]

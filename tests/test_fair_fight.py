@@ -7,6 +7,7 @@ import textwrap
 import tomllib
 
 import pytest
+from conftest import PARITY_FIXED
 
 from suite import SuiteError
 from suite.cli import main
@@ -15,21 +16,11 @@ from suite.launch.spaces import parse
 from suite.launch.tuning import check_cells
 from suite.leaderboard import generate
 
-# sparse parity, which a good point learns within tens of steps and a poor one not at all in 100
-FIGHT = textwrap.dedent("""
-    name = "fight"
-    [fixed]
-    task = "sparse_parity"
-    n_bits = 8
-    k = 2
-    n_examples = 256
-    batch_size = 32
-    d = 16
-    hidden = 32
-    "train.steps" = 100
-    eval_every = 10
-    hold = 20
-    patience = 40
+FIGHT = (
+    'name = "fight"\n'
+    + PARITY_FIXED
+    + "patience = 40\n"
+    + textwrap.dedent("""
     [tuning]
     trials = 6
     tuning_seeds = [100, 101]
@@ -50,6 +41,7 @@ FIGHT = textwrap.dedent("""
     weight_decay = 0.0
     baseline = "adamw"
 """)
+)
 
 
 def _tuning(text: str = FIGHT, name: str = "fight"):

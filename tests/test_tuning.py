@@ -7,7 +7,7 @@ import shutil
 import textwrap
 
 import pytest
-from conftest import ONE_POINT, TINY_FIXED
+from conftest import ONE_POINT, PARITY_FIXED, TINY_FIXED
 from test_bad_input import refused, snapshot
 
 from suite import SuiteError
@@ -34,23 +34,7 @@ TUNED = TINY_FIXED + textwrap.dedent("""
 
 
 # sparse parity: every method learns it for good within tens of steps, so each search finds a working point
-LEARNED = TUNED.replace(
-    TINY_FIXED,
-    textwrap.dedent("""
-        [fixed]
-        task = "sparse_parity"
-        n_bits = 8
-        k = 2
-        n_examples = 256
-        batch_size = 32
-        d = 16
-        hidden = 32
-        "train.steps" = 100
-        eval_every = 10
-        hold = 20
-        patience = 20
-    """),
-)
+LEARNED = TUNED.replace(TINY_FIXED, PARITY_FIXED + "patience = 20\n")
 
 
 def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, capsys, monkeypatch):

@@ -94,9 +94,9 @@ def _to_run(cells: list[Cell], wandb: str, rerun_changed: bool) -> list[Cell]:
     with rerun_changed), the finished ones said so, one another process runs refused."""
     from suite.launch.tracking import make_tracker
 
-    for cell in changed_code(cells):
+    for cell, why in changed_code(cells):
         if not rerun_changed:
-            raise SuiteError(f"{cell.run_dir} {made_by_other_code(cell)}")
+            raise SuiteError(f"{cell.run_dir} {made_by_other_code(why)}")
         RunDir(cell.run_dir).discard()
     for cell in cells:
         if RunDir(cell.run_dir).finished:
@@ -112,18 +112,17 @@ def statuses(cells: list[Cell]) -> list[str]:
     return [RunDir(cell.run_dir).status() for cell in cells]
 
 
-def changed_code(cells: list[Cell]) -> list[Cell]:
-    """The cells whose run folders (finished or checkpointed) were made by other code of a component."""
+def changed_code(cells: list[Cell]) -> list[tuple[Cell, str]]:
+    """The cells whose run folders (finished or checkpointed) were made by other code of a component,
+    each with the component that changed (suite.specs.code.changed)."""
     from suite.specs.code import changed
 
-    return [c for c in cells if changed(RunDir(c.run_dir).read_code(), c.spec)]
+    found = [(c, changed(RunDir(c.run_dir).read_code(), c.spec)) for c in cells]
+    return [(c, why) for c, why in found if why]
 
 
-def made_by_other_code(cell: Cell) -> str:
+def made_by_other_code(why: str) -> str:
     """What to say of a run folder made by other code: which component changed, and what to do."""
-    from suite.specs.code import changed
-
-    why = changed(RunDir(cell.run_dir).read_code(), cell.spec)
     return f"was made by other code of {why}: rerun it with --rerun-changed, or choose another --root (or --out)"
 
 

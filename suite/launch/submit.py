@@ -57,17 +57,18 @@ def _plan(g, args) -> tuple[str, list]:
     status = manifest.statuses(g.cells)
     changed = manifest.changed_code([c for c, s in zip(g.cells, status) if s != "running"])
     if changed and not args.rerun_changed:
-        first = changed[0]
+        first, why = changed[0]
         raise SuiteError(
             f"{len(changed)} of {g.name}'s run folders were made by other code; the first, {first.run_dir}, "
-            + manifest.made_by_other_code(first)
+            + manifest.made_by_other_code(why)
         )
     if changed and not args.dry_run:
-        for cell in changed:
+        for cell, _ in changed:
             RunDir(cell.run_dir).discard()
         status = manifest.statuses(g.cells)
     elif changed:
-        status = ["missing" if c in changed else s for c, s in zip(g.cells, status)]
+        stale = {c.run_dir for c, _ in changed}
+        status = ["missing" if c.run_dir in stale else s for c, s in zip(g.cells, status)]
     todo = [c for c, s in zip(g.cells, status) if s in manifest.TO_RUN]
     return (
         f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
