@@ -2,13 +2,14 @@
 of each committed board still names the specs of the runs it holds."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import REPO
 
 from suite.launch.grid import load
 from suite.launch.spaces import parse
-from suite.launch.tuning import final_cells, tuning_cells
+from suite.launch.tuning import cell_name, final_cells, tuning_cells
 from suite.specs.presets import apply
 from suite.specs.spec import resolve, spec_id
 
@@ -61,10 +62,12 @@ def grid_ids(board: str) -> set[str]:
     grid = load(REPO / "suite/grids" / f"{GRID_OF.get(board, board)}.toml")
     ids = {cell.id for cell in grid.cells}
     if grid.tuning:
-        tuning = parse(grid.tuning, str(grid.path))
+        tuning = parse(grid.tuning, str(grid.path), grid.name)
         chosen = json.loads((REPO / "leaderboards" / board / "runs/tuning.json").read_text())["chosen"]
         root = REPO / "leaderboards" / board
-        ids |= {cell.id for cell in tuning_cells(grid, tuning, root) + final_cells(grid, tuning, chosen, root)}
+        names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time names only those
+        tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
+        ids |= {cell.id for cell in tuning_cells(tuned, tuning, root) + final_cells(tuned, tuning, chosen, root)}
     return ids
 
 

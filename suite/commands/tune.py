@@ -28,7 +28,7 @@ def run(args) -> int:
     from suite.launch import grid
     from suite.launch.spaces import parse
     from suite.launch.submit import check_flags, run_grid
-    from suite.launch.tuning import check_cells, choose, final_cells, tuning_cells
+    from suite.launch.tuning import cell_name, check_cells, choose, final_cells, tuning_cells
     from suite.results.tuning_record import record_of, write_record
 
     root = Path(args.root)
@@ -54,5 +54,5 @@ def run(args) -> int:
     final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen, root / "final"), g.slurm)
     if not args.dry_run:
         (root / "final").mkdir(parents=True, exist_ok=True)
-        write_record(root / "final" / "tuning.json", g, tuning, chosen)
+        write_record(root / "final" / "tuning.json", g, tuning, chosen, {cell_name(c): c.spec for c in g.cells})
     return run_grid(args, final, root / "final")

@@ -91,13 +91,13 @@ def check_cells(grid: Grid, tuning: Tuning) -> None:
         train = cell.spec["train"]
         if tuning.shared and train["patience"] is not None and train["patience"] < WATCH * train["hold"]:
             raise SuiteError(
-                f"{where}: cell [{_name(cell)}] stops its runs {train['patience']} steps after their grok step "
+                f"{where}: cell [{cell_name(cell)}] stops its runs {train['patience']} steps after their grok step "
                 f"(train.patience), under {WATCH} x train.hold = {WATCH * train['hold']}: a collapse after the hold "
                 "would go unseen; set train.patience to at least that (or none: to the budget)"
             )
-        if named.setdefault(_name(cell), cell) is not cell:
+        if named.setdefault(cell_name(cell), cell) is not cell:
             raise SuiteError(
-                f"{where}: two cells are both '{_name(cell)}' (experiment and axis values), the name "
+                f"{where}: two cells are both '{cell_name(cell)}' (experiment and axis values), the name "
                 "tuning.json knows a cell by: give each [[experiment]] a name of its own"
             )
     for method in tuning.methods:
@@ -107,7 +107,7 @@ def check_cells(grid: Grid, tuning: Tuning) -> None:
             other = made.setdefault(spec_id(spec_for(cell.spec, method, point, seed, where)), cell)
             if other is not cell:
                 raise SuiteError(
-                    f"{where}: method '{method.name}' replaces what cells [{_name(other)}] and [{_name(cell)}] "
+                    f"{where}: method '{method.name}' replaces what cells [{cell_name(other)}] and [{cell_name(cell)}] "
                     f"differ in ({', '.join(_differences(other.spec, cell.spec))}), so it would run them as one "
                     "cell: take that axis out of the grid, or the setting out of the method"
                 )
@@ -172,7 +172,7 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
                 tried.append(trial)
             winner = min(tried, key=lambda t: (t["median_time"], -t["median_best_val"], t["point"]))
             entry = {
-                "cell": _name(cell),
+                "cell": cell_name(cell),
                 "method": method.name,
                 "chosen": winner["point"],
                 "settings": winner["settings"],
@@ -219,7 +219,7 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> l
     cells = {}  # two methods that chose the same settings share their final runs
     for cell in grid.cells:
         for method in tuning.methods:
-            entry = by[_name(cell), method.name]
+            entry = by[cell_name(cell), method.name]
             where = str(grid.path)
             specs = [spec_for(cell.spec, method, entry["settings"], seed, where) for seed in tuning.final_seeds]
             entry["final_runs"] = [spec_id(spec) for spec in specs]
@@ -230,10 +230,10 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> l
     return list(cells.values())
 
 
-def _name(cell: Cell) -> str:
+def cell_name(cell: Cell) -> str:
     """A base cell's name in tuning.json: its experiment and axis values (e.g. "mlp task=modular op=add")."""
     return " ".join(part for part in (cell.experiment, cell.label) if part)
 
 
 def _label(cell: Cell, method: Method, point: int, seed: int) -> str:
-    return f"{_name(cell)} method={method.name} point={point} seed={seed}"
+    return f"{cell_name(cell)} method={method.name} point={point} seed={seed}"

@@ -10,17 +10,23 @@ from typing import TYPE_CHECKING
 
 from suite.results.rundir import UnreadableFile, read_json, write_json
 
+# The way this suite computes a run, as a number a board records: bumped when a change makes the same
+# spec and seed train to different numbers (2: each stack member runs its own products on the CPU).
+# A method is added to a board (`suite tune --add`) only at the protocol its baselines were run at.
+PROTOCOL = 2
+
 if TYPE_CHECKING:  # what `suite tune` hands the writer; the reader needs neither
     from suite.launch.grid import Grid
     from suite.launch.spaces import Tuning
 
 
-def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> None:
-    """tuning.json beside the final runs: what the leaderboard shows of the tuning. The choices of
-    cells not in `grid` (another experiment tuned into the same root) are kept when the budget,
-    seeds and methods are the same."""
+def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict], cells: dict[str, dict]) -> None:
+    """tuning.json beside the final runs: what the leaderboard shows of the tuning, and the base cells'
+    specs by name (what a method added later runs on). The choices and cells of another experiment
+    tuned into the same root are kept when the budget, seeds and methods are the same."""
     record = {
         "grid": grid.name,
+        "protocol": PROTOCOL,
         "trials": tuning.trials,
         "tuning_seeds": tuning.tuning_seeds,
         "final_seeds": tuning.final_seeds,
@@ -35,11 +41,14 @@ def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict]) -> 
     }
     if tuning.shared:  # the fair fight: the spaces every method shares, drawn as common points
         record["shared"] = {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in tuning.shared.items()}
+    if tuning.race:
+        record["race"] = True
     old = record_of(path.parent)
     new_keys = {(c["cell"], c["method"]) for c in chosen}
     if old is not None and all(old.get(k) == v for k, v in record.items()):
         chosen = [c for c in old["chosen"] if (c["cell"], c["method"]) not in new_keys] + chosen
-    write_json(path, record | {"chosen": [_strict(c) for c in chosen]})
+        cells = old.get("cells", {}) | cells
+    write_json(path, record | {"cells": cells, "chosen": [_strict(c) for c in chosen]})
 
 
 def _strict(choice: dict) -> dict:
