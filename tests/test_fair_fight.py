@@ -100,3 +100,28 @@ def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_
     page = (tmp_path / "board" / "tuning.md").read_text()
     assert "The race stopped each trial" in page and "(raced)" in page
     assert "Shared by every method" in page and "ortho fix weight_decay" in page
+    common = page.split("## Common points")[1].split("## Verdicts")[0]
+    header = next(line for line in common.splitlines() if line.startswith("| point"))
+    assert header.split("|")[2:-1] == [" lr ", " weight_decay ", " adamw ", " adamwlr ", " ortho "]
+    rows = [line for line in common.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    record = json.loads((tmp_path / "true" / "final" / "tuning.json").read_text())
+    adamw = next(c for c in record["chosen"] if c["method"] == "adamw")
+    assert len(rows) == 6 and all(f"{t['settings']['lr']:.3g}"[:4] in row for t, row in zip(adamw["tried"], rows))
+    assert "| delay [range] |" in page
+
+
+@pytest.mark.parametrize(
+    "delay, time, edges, note",
+    [
+        (0.0, 500.0, [], "; no delay to shorten"),
+        (50.0, 500.0, [], "; no delay to shorten"),
+        (300.0, 500.0, [], ""),
+        (float("nan"), float("inf"), [], ""),
+        (300.0, 500.0, ["lr at 0.98 of its log range"], "; adamw's winner at an edge"),
+    ],
+)
+def test_a_verdict_says_when_there_was_no_delay_to_shorten_or_a_winner_sat_at_an_edge(delay, time, edges, note):
+    from suite.leaderboard.studies.tuning import _notes
+
+    base = {"delay_median": delay, "time_to_target": time}
+    assert _notes(base, [{"method": "mine", "edges": []}, {"method": "adamw", "edges": edges}]) == note

@@ -1,5 +1,7 @@
 """`python -m suite tune FILE`: every method of a grid's [tuning] table tuned on the same budget,
-then each one's best point rerun on fresh seeds (suite/launch/tuning.py has the protocol)."""
+then each one's best point rerun on fresh seeds (suite/launch/tuning.py has the protocol).
+`python -m suite tune --add FILE --against BOARD`: one more method on a committed tuned board, under
+its protocol, beside its runs (suite/launch/adding.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,19 @@ def add(sub) -> None:
     p = sub.add_parser(
         "tune",
         help="tune every method of a grid's [tuning] table on the same trial budget, then rerun each one's "
-        "best point on fresh seeds",
+        "best point on fresh seeds; or add a method to a committed tuned board (--add)",
         description="Phase 1 runs every method's points on the tuning seeds under ROOT/tuning; phase 2 runs "
         "each method's best point on the final seeds under ROOT/final, with tuning.json beside them. Both "
-        "skip what is done: run it again to resume, or after a Slurm submission of phase 1 to submit phase 2.",
+        "skip what is done: run it again to resume, or after a Slurm submission of phase 1 to submit phase 2. "
+        "With --add, the methods of FILE are tuned under the protocol of the board --against names (its "
+        "cells, N, seeds, common points, race), its final runs are linked into ROOT/final, and ROOT/board "
+        "gets the new rows beside the board's, with their verdicts; the board's files are never written.",
     )
-    p.add_argument("grid_file", help="a TOML grid file with a [tuning] table, e.g. suite/grids/tuned.toml")
+    p.add_argument("grid_file", nargs="?", help="a TOML grid file with a [tuning] table, e.g. suite/grids/tuned.toml")
+    p.add_argument(
+        "--add", metavar="FILE", help="a TOML file of [tuning.methods.NAME] tables to add to the board of --against"
+    )
+    p.add_argument("--against", metavar="BOARD", help="a tuned board (e.g. leaderboards/tuned) the methods join")
     flags.experiment(p)
     flags.backend(p)
 
@@ -27,11 +36,16 @@ def add(sub) -> None:
 def run(args) -> int:
     from suite.launch import grid
     from suite.launch.spaces import parse
-    from suite.launch.submit import check_flags, run_grid
-    from suite.launch.tuning import cell_name, check_cells, choose, final_cells, tuning_cells
+    from suite.launch.submit import check_flags
+    from suite.launch.tuning import cell_name, check_cells
     from suite.results.tuning_record import record_of, write_record
 
     root = Path(args.root)
+    if (args.grid_file is None) == (args.add is None) or (args.add is None) != (args.against is None):
+        raise SuiteError("tune takes a grid file, or --add FILE with --against BOARD")
+    check_flags(args)
+    if args.add:
+        return _add(args, root)
     whole = grid.load(args.grid_file, root)
     if whole.tuning is None:
         raise SuiteError(f"{whole.path} has no [tuning] table: run it with `python -m suite grid {args.grid_file}`")
@@ -40,19 +54,64 @@ def run(args) -> int:
         raise SuiteError(f"{whole.path}: a tuned grid takes its seeds from [tuning], not from a seed axis")
     check_cells(whole, tuning)  # every experiment: tuned together or one at a time, they share tuning.json
     g = whole.only(args.experiment)
-    check_flags(args)
     record_of(root / "final")  # a damaged tuning.json stops the command here, before anything runs
+    cells = {cell_name(c): c.spec for c in g.cells}
+    return _phases(
+        args, g, tuning, root, lambda chosen: write_record(root / "final" / "tuning.json", g, tuning, chosen, cells)
+    )[0]
+
+
+def _add(args, root: Path) -> int:
+    """--add: the new methods under the board's protocol, its final runs linked beside theirs, and
+    the board with both written once every final run is done."""
+    from suite.launch import adding
+    from suite.launch.tuning import check_cells
+    from suite.results.rundir import RunDir
+    from suite.results.tuning_record import write_record
+
+    adding.check_root(root, args.against)
+    record, board_runs = adding.board_record(args.against)
+    board = adding.protocol(record, args.add)  # the board's methods and the new ones: tuning.json's
+    tuning = adding.only_new(board, record)
+    g = adding.base_grid(record, args.experiment, args.add)
+    check_cells(g, tuning)
+
+    def write(chosen):
+        adding.link_board_runs(board_runs, root / "final")
+        write_record(root / "final" / "tuning.json", g, board, record["chosen"] + chosen, record["cells"])
+
+    code, final = _phases(args, g, tuning, root, write)
+    if code or args.dry_run or final is None:
+        return code
+    if not all(RunDir(c.run_dir).finished for c in final.cells):
+        print("the board is written once every final run is done: run this command again then", file=sys.stderr)
+        return 0
+    from suite.leaderboard import generate
+
+    written = generate(root / "final", root / "board")
+    print(f"the board with your method: {root / 'board'} ({len(written)} files)", file=sys.stderr)
+    return 0
+
+
+def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
+    """Phase 1 (the tuning runs), the choice, and phase 2 (the chosen points on the final seeds);
+    `write(chosen)` records the choice before the final runs start. The exit code, and the grid of
+    final runs once they are chosen."""
+    from suite.launch import grid
+    from suite.launch.submit import run_grid
+    from suite.launch.tuning import choose, final_cells, tuning_cells
+
     first = grid.Grid(f"{g.name}-tuning", g.path, tuning_cells(g, tuning, root / "tuning"), g.slurm)
     grid.check_builds(first.cells)
     code = run_grid(args, first, root / "tuning")
     if code:
-        return code
+        return code, None
     chosen = choose(g, tuning, root / "tuning")
     if chosen is None:
         print("the final runs are chosen once every tuning run is done: run this command again then", file=sys.stderr)
-        return 0
+        return 0, None
     final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen, root / "final"), g.slurm)
     if not args.dry_run:
         (root / "final").mkdir(parents=True, exist_ok=True)
-        write_record(root / "final" / "tuning.json", g, tuning, chosen, {cell_name(c): c.spec for c in g.cells})
-    return run_grid(args, final, root / "final")
+        write(chosen)
+    return run_grid(args, final, root / "final"), final

@@ -1,0 +1,108 @@
+"""`suite tune --add FILE --against BOARD --root ROOT`: a new method on a committed tuned board, under its
+protocol (cells, N, seeds, common points), its row beside the board's with a verdict, and the board's
+files never written."""
+
+import hashlib
+import json
+import shutil
+import textwrap
+
+import pytest
+from conftest import PARITY_FIXED
+
+from suite.cli import main
+
+BOARD = (
+    'name = "board"\n'
+    + PARITY_FIXED
+    + "patience = 40\n"
+    + textwrap.dedent("""
+    [tuning]
+    trials = 3
+    tuning_seeds = [100]
+    final_seeds = [0, 1, 2, 3, 4]
+    race = true
+    [tuning.shared]
+    lr = { log = [0.003, 0.3] }
+    weight_decay = { log = [0.0001, 0.1] }
+    [tuning.methods.adamw]
+    opt = "adamw"
+""")
+)
+
+MINE = textwrap.dedent("""
+    [tuning.methods.mine]
+    opt = "adamwlr"
+    baseline = "adamw"
+    space = { c = { log = [1, 30] } }
+""")
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """A tuned board in the committed layout (BOARD/runs with tuning.json), as leaderboards/ keeps one."""
+    where = tmp_path_factory.mktemp("made")
+    (where / "board.toml").write_text(BOARD)
+    assert main(["tune", str(where / "board.toml"), "--root", str(where / "root"), "--workers", "2"]) == 0
+    board = where / "committed"
+    shutil.copytree(where / "root" / "final", board / "runs")
+    return board
+
+
+def _hashes(folder):
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def test_a_method_added_to_a_board_gets_its_row_and_verdict_and_the_board_is_left_byte_for_byte(
+    committed, tmp_path, capsys
+):
+    before = _hashes(committed)
+    (tmp_path / "mine.toml").write_text(MINE)
+    args = ["tune", "--add", str(tmp_path / "mine.toml"), "--against", str(committed), "--root", str(tmp_path / "r")]
+    assert main(args + ["--workers", "2"]) == 0
+    assert _hashes(committed) == before
+    board_record = json.loads((committed / "runs" / "tuning.json").read_text())
+    record = json.loads((tmp_path / "r" / "final" / "tuning.json").read_text())
+    assert set(record["methods"]) == {"adamw", "mine"} and record["protocol"] == board_record["protocol"]
+    ours = next(c for c in record["chosen"] if c["method"] == "mine")
+    theirs = next(c for c in record["chosen"] if c["method"] == "adamw")
+    assert theirs == board_record["chosen"][0]  # the board's choice, as committed
+    # the same common points: point k of the new method has the board's lr and weight decay
+    for mine, board in zip(ours["tried"], theirs["tried"]):
+        assert (mine["settings"]["lr"], mine["settings"]["weight_decay"]) == (
+            board["settings"]["lr"],
+            board["settings"]["weight_decay"],
+        )
+    # only the new method ran: 3 tuning runs and 5 final runs of its own, the board's final runs linked
+    assert len(list((tmp_path / "r" / "tuning").rglob("result.json"))) == 3
+    linked = [p for p in (tmp_path / "r" / "final").rglob("*") if p.is_symlink()]
+    assert len(linked) == 5 and all(p.resolve().is_relative_to(committed.resolve()) for p in linked)
+    verdicts = (tmp_path / "r" / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
+    row = next(line for line in verdicts.splitlines() if line.startswith("| board | mine |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[6] == "adamw" and cells[-1] not in ("", "-")  # judged against the board's AdamW
+    assert any(line.startswith("| board | adamw |") for line in verdicts.splitlines())
+    # run again: everything is done, nothing reruns, and the board is the same
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "0 to run" in capsys.readouterr().err and _hashes(committed) == before
+
+
+def test_a_board_made_at_another_protocol_or_a_taken_name_is_refused_in_one_line(committed, tmp_path, capsys):
+    (tmp_path / "mine.toml").write_text(MINE)
+    old = tmp_path / "old"
+    shutil.copytree(committed, old)
+    record = json.loads((old / "runs" / "tuning.json").read_text())
+    (old / "runs" / "tuning.json").write_text(json.dumps(record | {"protocol": 1}))
+    args = ["tune", "--add", str(tmp_path / "mine.toml"), "--root", str(tmp_path / "r")]
+    assert main(args + ["--against", str(old)]) == 2
+    err = capsys.readouterr().err
+    assert "run at protocol 1" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "mine.toml").write_text(MINE.replace("methods.mine", "methods.adamw"))
+    assert main(args + ["--against", str(committed)]) == 2
+    assert "'adamw' is already a method of the board" in capsys.readouterr().err
+    assert main(args + ["--against", str(committed), "--root", str(committed / "mine")]) == 2
+    assert "overlaps the board" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
