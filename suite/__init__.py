@@ -18,7 +18,7 @@ Map: the folders say what each part does; a wing imports only wings above it in 
     launch/       running cells: manifest (execute(cells), the one entry point, and a submission's
                   manifest and chunks), grid (grid files), submit (a grid by the grid command's
                   flags), local, slurm, tuning (the tuning protocol; spaces: its [tuning] table and
-                  points), tracking (Weights & Biases)
+                  points; adding: a method added to a tuned board), tracking (Weights & Biases)
     probes/       the number probes' runner and plots (their task: tasks/number_probe.py, their model:
                   models/pretrained.py, their board page: leaderboard/studies/number_probes.py)
     bench/        the suite measured: speed and memory sections, the plain PyTorch loop it is held
