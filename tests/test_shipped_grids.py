@@ -65,9 +65,9 @@ def grid_ids(board: str) -> set[str]:
         tuning = parse(grid.tuning, str(grid.path), grid.name)
         chosen = json.loads((REPO / "leaderboards" / board / "runs/tuning.json").read_text())["chosen"]
         root = REPO / "leaderboards" / board
-        names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time names only those
+        names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time has chosen for those only
         tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
-        ids |= {cell.id for cell in tuning_cells(tuned, tuning, root) + final_cells(tuned, tuning, chosen, root)}
+        ids |= {cell.id for cell in tuning_cells(grid, tuning, root) + final_cells(tuned, tuning, chosen, root)}
     return ids
 
 
