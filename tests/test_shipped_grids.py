@@ -52,7 +52,7 @@ OLDER = {
     "paper_mlp": "all",
     "probes": "all",
 }
-BOARDS = sorted(p.parent.name for p in (REPO / "leaderboards").glob("*/runs"))
+BOARDS = sorted({p.parent.name for part in ("runs", "tuning") for p in (REPO / "leaderboards").glob(f"*/{part}")})
 GRID_OF = {"adamlr_transformer_adamw": "adamlr_transformer"}  # a board of one experiment of a grid
 
 
@@ -63,7 +63,8 @@ def grid_ids(board: str) -> set[str]:
     ids = {cell.id for cell in grid.cells}
     if grid.tuning:
         tuning = parse(grid.tuning, str(grid.path), grid.name)
-        chosen = json.loads((REPO / "leaderboards" / board / "runs/tuning.json").read_text())["chosen"]
+        record = REPO / "leaderboards" / board / "runs/tuning.json"  # none while the first tuning runs
+        chosen = json.loads(record.read_text())["chosen"] if record.exists() else []
         root = REPO / "leaderboards" / board
         names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time has chosen for those only
         tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
