@@ -88,6 +88,16 @@ def test_a_method_added_to_a_board_gets_its_row_and_verdict_and_the_board_is_lef
     capsys.readouterr()
     assert main(args) == 0
     assert "0 to run" in capsys.readouterr().err and _hashes(committed) == before
+    # a second method added into the same root: the first one's choice and row stay beside it
+    (tmp_path / "other.toml").write_text(MINE.replace("methods.mine", "methods.other").replace("30]", "3]"))
+    assert main(args[:2] + [str(tmp_path / "other.toml")] + args[3:] + ["--workers", "2"]) == 0
+    both = json.loads((tmp_path / "r" / "final" / "tuning.json").read_text())
+    assert set(both["methods"]) == {"adamw", "mine", "other"}
+    assert next(c for c in both["chosen"] if c["method"] == "mine") == ours
+    assert len(list((tmp_path / "r" / "tuning").rglob("result.json"))) == 6
+    rows = (tmp_path / "r" / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
+    assert all(any(line.startswith(f"| board | {m} |") for line in rows.splitlines()) for m in ("mine", "other"))
+    assert _hashes(committed) == before
 
 
 def test_a_board_made_at_another_protocol_or_a_taken_name_is_refused_in_one_line(committed, tmp_path, capsys):

@@ -71,7 +71,8 @@ def _add(args, root: Path) -> int:
 
     adding.check_root(root, args.against)
     record, board_runs = adding.board_record(args.against)
-    board = adding.protocol(record, args.add)  # the board's methods and the new ones: tuning.json's
+    # the board's methods, those added into this root before and the new ones: tuning.json's
+    board = adding.protocol(record, args.add, adding.earlier_methods(record, root / "final"))
     tuning = adding.only_new(board, record)
     g = adding.base_grid(record, args.experiment, args.add)
     check_cells(g, tuning)
