@@ -16,6 +16,7 @@ from suite.launch.grid import load
 from suite.launch.spaces import Method, parse
 from suite.leaderboard import generate
 from suite.leaderboard.studies import tuning
+from suite.leaderboard.tables import fmt_value
 from suite.results.tuning_record import record_of
 
 TUNED = TINY_FIXED + textwrap.dedent("""
@@ -60,6 +61,9 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)
     verdict = sgd.rstrip(" |").split("; ")[0]  # what follows a "; " is what it is read with
     assert "| adam |" in sgd and verdict.endswith(("faster", "slower", "not resolved (n = 5)"))
+    # the row names the point it ran, tuned settings included (a board label shows only what varies)
+    sgd_choice = next(c for c in record["chosen"] if c["method"] == "sgd")["settings"]
+    assert f"lr={fmt_value(sgd_choice['lr'])} momentum=0.9" in sgd
     # a bound just above 1 prints the digits that put it above 1, as on the board (tables.bound_text)
     monkeypatch.setattr("suite.leaderboard.stats.speedup_interval", lambda *a: (1.0026, 1.5))
     generate(root / "final", tmp_path / "board")

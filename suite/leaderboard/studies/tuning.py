@@ -85,7 +85,14 @@ def _verdicts(rows: dict, record: dict) -> list[str]:
         low, high = median_interval(row["times"])
         grokked = f"{row['grokked']}/{row['seeds']}"
         delay = milestone_text(row["delay_median"], row["delay_min"], row["delay_max"], row["n_delay"], row["seeds"])
-        line = [cell, method, row["method"], grokked, _time(row["time_to_target"], low, high), delay]
+        line = [
+            cell,
+            method,
+            _settings(_point(record, searched[cell, method])),
+            grokked,
+            _time(row["time_to_target"], low, high),
+            delay,
+        ]
         if base is None:
             out.append(line + ["-"] * 4)
             continue
@@ -109,7 +116,7 @@ def _verdicts(rows: dict, record: dict) -> list[str]:
         )
     if not out:
         return []
-    header = ["cell", "method", "its settings", "grokked", "time to target [95% CI]", "delay [range]", "against"]
+    header = ["cell", "method", "chosen settings", "grokked", "time to target [95% CI]", "delay [range]", "against"]
     return [
         "## Verdicts on the final seeds\n",
         "Time to target: the median held grok step over the final seeds (a seed that did not grok counts as "
@@ -226,6 +233,12 @@ def _time(median: float, low: float, high: float) -> str:
 
 def _chosen(c: dict) -> dict:
     return next(t for t in c["tried"] if t["point"] == c["chosen"])
+
+
+def _point(record: dict, c: dict) -> dict:
+    """The settings a choice ran with: its tuned ones, and the shared ones its method fixes (⊥AdamW's wd 0)."""
+    fixed = record["methods"][c["method"]]["fixed"]
+    return c["settings"] | {k: fixed[k] for k in record.get("shared", {}) if k in fixed}
 
 
 def _worked(c: dict) -> bool:
