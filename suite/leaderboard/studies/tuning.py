@@ -48,6 +48,14 @@ def tuning(board: Board) -> list[str]:
         ),
         *_race(record),
         "## Chosen\n",
+        *(
+            [
+                "(raced): the race stopped that trial once it could no longer win; its median is what it had held by "
+                "then (inf: it had not held the target yet), never earlier than the winner's.\n"
+            ]
+            if any("raced" in t for c in record["chosen"] for t in c["tried"])
+            else []
+        ),
         md_table(
             ["cell", "method", "chosen point", "its settings", "median time (tuning seeds)", "every point's median"],
             [
