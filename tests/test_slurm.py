@@ -118,6 +118,8 @@ def test_grid_file_slurm_table_gives_defaults_and_flags_win(tmp_path, capsys):
         (["--cpus", "0"], "cpus must be an integer >= 1"),
         (["--max-parallel", "-1"], "max_parallel must be an integer >= 1"),
         (["--partition", "two words"], "partition must be one word"),
+        (["--gpus", "-1"], "gpus must be a count >= 1 or type:count"),
+        (["--gpus", "a100:0"], "gpus must be a count >= 1 or type:count"),
     ],
 )
 def test_bad_slurm_options_are_one_line_exit_2(tmp_path, capsys, args, message):

@@ -83,6 +83,8 @@ class SlurmOptions:
                 if not value.strip() or any(c.isspace() for c in value):
                     raise SuiteError(f"slurm {name} must be one word, got {value!r}")
                 setattr(self, name, value)
+        if self.gpus is not None and not re.fullmatch(r"([A-Za-z0-9_.-]+:)?[1-9][0-9]*", self.gpus):
+            raise SuiteError(f"slurm gpus must be a count >= 1 or type:count (a100:1), got {self.gpus!r}")
         for name, least in (
             ("cpus", 1),
             ("max_parallel", 1),
