@@ -50,7 +50,7 @@ def board_record(board: str | Path) -> tuple[dict, Path]:
     return record, folder
 
 
-def protocol(record: dict, method_file: str | Path, earlier: dict | None = None) -> Tuning:
+def protocol(record: dict, method_file: str | Path, earlier: dict) -> Tuning:
     """The board's protocol, its methods, those added `earlier` into the same root (as tuning.json
     records them) and those of method_file: a TOML file of [tuning.methods.NAME] tables (as in a grid
     file), whose baselines may be the board's methods. A name in the file replaces an earlier one."""
@@ -64,7 +64,7 @@ def protocol(record: dict, method_file: str | Path, earlier: dict | None = None)
         raise SuiteError(f"{path}: a method file holds [tuning.methods.NAME] tables and nothing else")
     if taken := sorted(set(methods) & set(record["methods"])):
         raise SuiteError(f"{path}: '{taken[0]}' is already a method of the board: give yours another name")
-    recorded = record["methods"] | (earlier or {})
+    recorded = record["methods"] | earlier
     board = {name: {**m["fixed"], "space": m["space"], **_baseline(m)} for name, m in recorded.items()}
     raw = {
         "trials": record["trials"],
@@ -79,7 +79,7 @@ def protocol(record: dict, method_file: str | Path, earlier: dict | None = None)
 
 def earlier_methods(record: dict, final: Path) -> dict:
     """The methods an earlier --add tuned into this root against the same board, as its tuning.json
-        records them: they stay on the root's board beside the ones added now (and run on the cells named
+    records them: they stay on the root's board beside the ones added now (and run on the cells named
     now where they have not run yet)."""
     mine = record_of(final)
     if mine is None or mine.get("grid") != record["grid"]:

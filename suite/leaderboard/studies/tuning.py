@@ -93,14 +93,8 @@ def _verdicts(rows: dict, record: dict) -> list[str]:
         low, high = median_interval(row["times"])
         grokked = f"{row['grokked']}/{row['seeds']}"
         delay = milestone_text(row["delay_median"], row["delay_min"], row["delay_max"], row["n_delay"], row["seeds"])
-        line = [
-            cell,
-            method,
-            _settings(_point(record, searched[cell, method])),
-            grokked,
-            _time(row["time_to_target"], low, high),
-            delay,
-        ]
+        ran = _settings(_point(record, searched[cell, method]))
+        line = [cell, method, ran, grokked, _time(row["time_to_target"], low, high), delay]
         if base is None:
             out.append(line + ["-"] * 4)
             continue
