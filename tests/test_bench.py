@@ -175,3 +175,29 @@ def test_a_section_that_fails_records_its_error_and_the_rest_go_on(tmp_path, cap
     assert report["ensembles"] == {"error": "RuntimeError: boom"} and report["complete"] is True
     assert len(report["matmul"]["passes_flop_per_s"]) == 2  # the end pass ran after the failure
     assert "ensembles: failed: RuntimeError: boom" in capsys.readouterr().out
+
+
+def test_a_bench_stopped_in_the_ensembles_keeps_the_sizes_it_took_and_measures_nothing_after(
+    tmp_path, capsys, monkeypatch
+):
+    # a deadline's SIGTERM inside a training loop became a section error and the bench went on
+    # past its deadline (killed there, on a GPU, with the sizes it had taken lost)
+    from suite.engine.train import Preempted
+
+    real, calls = measure.train_runs, []
+
+    def stopped_at_the_second(specs, device, root):
+        calls.append(len(specs))
+        if len(calls) == 2:
+            raise Preempted("SIGTERM", 7, [root / f"seed{i}" for i in range(len(specs))])
+        return real(specs, device, root)
+
+    monkeypatch.setattr(measure, "train_runs", stopped_at_the_second)
+    out = tmp_path / "b.json"
+    assert main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)]) == 3
+    report = json.loads(out.read_text())
+    assert list(report["ensembles"]["sizes"]) == ["1"] and report["ensembles"]["sizes"]["1"]["runs_per_h"] > 0
+    assert report["ensembles"]["error"] == "stopped by SIGTERM at step 7" and report["stopped"] == "SIGTERM"
+    assert "precision" not in report and report["complete"] is False
+    assert len(report["matmul"]["passes_flop_per_s"]) == 1  # no end pass after a stop
+    assert "stopped by SIGTERM: the report holds what was measured before" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import PreemptAt, as_cells
 
+from suite.engine.member import Member
 from suite.engine.train import Preempted, resolve_device, train
 from suite.errors import SuiteError
 from suite.specs.spec import resolve
@@ -37,14 +38,29 @@ def _agree(a, b, rtol: float) -> None:
                 assert ra[k] == pytest.approx(rb[k], rel=rtol), (ra["step"], k)
 
 
-@pytest.mark.parametrize("choices", [{}, {"model": "transformer", "opt": "adamw"}], ids=["mlp", "transformer"])
+@pytest.mark.parametrize(
+    "choices",
+    [{}, {"model": "transformer", "opt": "adamw"}, {"sampler": "grad_softmax"}],
+    ids=["mlp", "transformer", "grad_softmax"],
+)
 def test_a_run_on_the_device_is_the_cpu_run_to_float32_rounding(tmp_path, choices):
-    settings = {**SMALL, **({"d_model": 16, "d_mlp": 32, "n_heads": 2} if choices else MLP)}
+    transformer = choices.get("model") == "transformer"
+    settings = {**SMALL, **({"d_model": 16, "d_mlp": 32, "n_heads": 2} if transformer else MLP)}
     spec = resolve(choices, settings, 0)
     (result,) = train(as_cells([spec], [tmp_path / "device"]), DEVICE)
     train(as_cells([spec], [tmp_path / "cpu"]), CPU)
     assert result["device"].startswith(DEVICE.type)
     _agree(_records(tmp_path / "device")[:3], _records(tmp_path / "cpu")[:3], rtol=1e-4)  # early: before Adam amplifies
+
+
+@pytest.mark.parametrize("sampler", ["random", "full", "epoch", "frequency", "grad_softmax"])
+def test_a_seed_draws_the_same_batches_on_the_device_as_on_the_cpu(sampler):
+    # a generator on the device drew other batches than the CPU's (CUDA's numbers are not the CPU's)
+    settings = {k: v for k, v in {**SMALL, **MLP}.items() if not (sampler == "full" and k == "batch_size")}
+    spec = resolve({"sampler": sampler}, settings, 0)
+    here, there = Member.build(spec, DEVICE), Member.build(spec, CPU)
+    for _ in range(12):  # past the epoch sampler's first epoch (116 examples in batches of 16)
+        assert torch.equal(here.sampler.next(), there.sampler.next())
 
 
 def test_each_member_of_a_stack_on_the_device_is_its_separate_run(tmp_path):

@@ -3,11 +3,13 @@ its checkpoint, a leaderboard stopped mid-write, stale temporaries, a full disk,
 network, Ctrl-C, and Slurm limits that would requeue forever."""
 
 import errno
+import io
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -34,6 +36,14 @@ def stopped(tmp_path, seed):
         train(as_cells([resolve({}, CELL, seed)], [out], [PreemptAt(30)]), CPU)
     assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == 31
     return out
+
+
+def test_a_stack_stopped_says_where_it_checkpointed_in_one_short_line(tmp_path):
+    # a stack of 1,024 members printed 1,024 paths in its one line
+    dirs = [tmp_path / "grid" / f"seed{i}" for i in range(1024)]
+    where = f"1024 run folders under {tmp_path / 'grid'}"
+    assert str(Preempted("SIGTERM", 5, dirs)) == f"SIGTERM at step 5: checkpointed in {where}"
+    assert str(Preempted("SIGINT", 5, dirs[:2])) == f"SIGINT at step 5: checkpointed in {dirs[0]}, {dirs[1]}"
 
 
 def refused(capsys, *args):
@@ -196,10 +206,23 @@ def test_the_requeue_cap_stops_a_task_that_keeps_being_signalled(tmp_path):
     assert (tmp_path / "log").read_text() == "requeued\n"  # not requeued again
 
 
-def test_a_leaderboard_waits_for_another_writing_into_the_same_folder_and_leaves_its_files_alone(tmp_path, capsys):
+class Said(io.StringIO):
+    """stderr that sets an event once a phrase is written (capsys, read from another thread while
+    this one writes, can lose the write: a test that waited on it hung)."""
+
+    def __init__(self, phrase: str):
+        super().__init__()
+        self.phrase, self.event = phrase, threading.Event()
+
+    def write(self, text: str) -> int:
+        if self.phrase in text:
+            self.event.set()
+        return super().write(text)
+
+
+def test_a_leaderboard_waits_for_another_writing_into_the_same_folder_and_leaves_its_files_alone(tmp_path, monkeypatch):
     # two leaderboards into one --out deleted each other's temporaries, and the loser failed on them
     import fcntl
-    import threading
 
     runs, out = tmp_path / "runs", tmp_path / "board"
     train(as_cells([resolve({}, CELL, seed) for seed in (0, 1)], [runs / "a", runs / "b"]), CPU)
@@ -208,10 +231,12 @@ def test_a_leaderboard_waits_for_another_writing_into_the_same_folder_and_leaves
     theirs.write_bytes(b"half")
     other = os.open(out, os.O_RDONLY)
     fcntl.flock(other, fcntl.LOCK_EX)
+    said = Said("waiting for the leaderboard being written into")
+    monkeypatch.setattr(sys, "stderr", said)
     written = []
     second = threading.Thread(target=lambda: written.extend(generate(runs, out)))
     second.start()
-    while "waiting for the leaderboard being written into" not in capsys.readouterr().err:
+    while not said.event.wait(0.05):
         assert second.is_alive(), "it wrote without waiting"
     assert theirs.read_bytes() == b"half" and not (out / "index.md").exists()
     os.close(other)  # the other writer is done

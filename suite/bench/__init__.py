@@ -81,6 +81,7 @@ import torch
 from suite.bench import measure
 from suite.bench.measure import SECTIONS, Options
 from suite.bench.precision_section import precision_section
+from suite.engine.train import Preempted
 from suite.errors import SuiteError
 from suite.results.result import git_commit, git_dirty
 from suite.results.rundir import writable_dir, write_json
@@ -158,14 +159,6 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
     t0 = time.monotonic()
     passes = []
 
-    def take(section: str, run) -> None:
-        try:
-            report[section] = run()
-        except Exception as err:  # noqa: BLE001 - one section's failure is its figure; the others go on
-            report[section] = {"error": f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"}
-            measure.log(f"{section} failed: {report[section]['error']}")
-        write_report(report, path)
-
     with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
         root = Path(tmp)
         measurements = {
@@ -181,26 +174,46 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
             ),
             "plain": lambda: measure.plain_section(options, root / "plain"),
             "steps": lambda: measure.step_section(device, options, root / "steps"),
-            "ensembles": lambda: measure.ensemble_section(device, options, root / "ensembles"),
+            "ensembles": lambda: measure.ensemble_section(device, options, root / "ensembles", report),
             "precision": lambda: precision_section(device, options, root / "precision"),
             "probe": lambda: measure.probe_section(device, root),
             "compile": lambda: measure.compile_section(device, options),
         }
         for section in todo:
-            take(section, measurements[section])
+            take(report, path, section, measurements[section])
+            if "stopped" in report:
+                break
             if section == "matmul" and "error" not in report["matmul"]:
                 passes = report["matmul"]["passes_flop_per_s"]
-    if passes:
+    if passes and "stopped" not in report:
         measure.log("matmul limit again, at the end")
-        take("matmul", measurements["matmul"])
-        limit = report["matmul"].get("limit_flop_per_s")
-        for cell in report.get("steps", {}).get("cells", {}).values():
-            cell["fraction_of_limit"] = cell["achieved_flop_per_s"] / limit if limit else None
+        take(report, path, "matmul", measurements["matmul"])
+    limit = report.get("matmul", {}).get("limit_flop_per_s")  # a stopped bench has the pass at the start
+    for cell in report.get("steps", {}).get("cells", {}).values():
+        cell["fraction_of_limit"] = cell["achieved_flop_per_s"] / limit if limit else None
     report["loadavg_end"] = os.getloadavg()
     report["bench_wall_s"] = time.monotonic() - t0
-    report["complete"] = True
+    report["complete"] = "stopped" not in report
     write_report(report, path)
     return report, path
+
+
+def take(report: dict, path: Path, section: str, run) -> None:
+    """report[section] = run(), and the report written. A section that fails records its error and
+    the others go on; one asked to stop (Ctrl-C, a deadline's SIGTERM) sets report["stopped"]."""
+    try:
+        report[section] = run()
+    except Preempted as stop:
+        report["stopped"] = stop.signal
+        error = f"stopped by {stop.signal} at step {stop.step}"
+    except Exception as err:  # noqa: BLE001 - one section's failure is its figure; the others go on
+        error = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+    else:
+        error = None
+    if error:  # what the section measured before it stopped stays beside the error (the ensembles' sizes)
+        report[section] = {**report.get(section, {}), "error": error}
+        measure.log(f"{section} failed: {error}")
+    write_report(report, path)
 
 
 def write_report(report: dict, path: Path) -> None:

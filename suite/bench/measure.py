@@ -216,7 +216,7 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
     member = Member.build(spec, device)
     model = member.model
     optimizer, _ = optimizer_and_filter(spec, model)
-    batch = member.sampler.next()
+    batch = member.sampler.next().to(device)
     x, y = member.data.x_train[batch], member.data.y_train[batch]
     loss_fn = LOSSES[spec["train"]["loss"]]
     forward = torch.compile(model) if compile_model else model
@@ -308,42 +308,43 @@ def step_section(device: torch.device, options: Options, root: Path) -> dict:
 # --- 4. ensembles --------------------------------------------------------------------------------
 
 
-def ensemble_section(device: torch.device, options: Options, root: Path) -> dict:
+def ensemble_section(device: torch.device, options: Options, root: Path, report: dict) -> dict:
     """K seeds of the default cell (MLP, adam, batch 512) as one ensemble vs K sequential runs; and K
     members that differ in their learning rate too (log-spaced 1e-2 down to 1e-3: one optimizer per
-    member, suite/engine/updates.py's MemberUpdates, as a tuning grid's stack trains)."""
-    rows = {}
+    member, suite/engine/updates.py's MemberUpdates, as a tuning grid's stack trains). Each size goes
+    into report["ensembles"] as it is measured, so a bench stopped midway keeps the sizes it took."""
+    section = report["ensembles"] = {
+        "cell": "modular mlp adam random(batch 512)",
+        "steps": options.steps,
+        "normalised_to_steps": RUN_STEPS,
+        "wall": "seconds of the whole train() call (build, loop, writes)",
+        "sizes": {},
+    }
+    rows = section["sizes"]
     for k in options.ensembles:
         specs = [cell_spec({}, options, seed) for seed in range(k)]
         log(f"ensemble K = {k}: {options.steps} steps")
         wall, results = train_runs(specs, device, root / f"ensemble{k}")
-        rows[str(k)] = {
+        row = rows[str(k)] = {
             "k": k,
             "wall_s": wall,
             "trained_as_ensemble_of": results[0]["ensemble_size"],
             "runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
         }
+        if "1" in rows:  # K sequential runs of one
+            row["sequential_wall_s"] = k * rows["1"]["wall_s"]
+            row["sequential_runs_per_h"] = k * 3600 / row["sequential_wall_s"] * (options.steps / RUN_STEPS)
+            row["speedup"] = row["runs_per_h"] / row["sequential_runs_per_h"]
         if k > 1:
             log(f"ensemble K = {k}, a learning rate per member: {options.steps} steps")
             mixed = [cell_spec({}, options, i, {"opt.lr": 1e-2 * 10 ** (-i / (k - 1))}) for i in range(k)]
             wall, mixed_results = train_runs(mixed, device, root / f"mixed{k}")
-            rows[str(k)] |= {
+            row |= {
                 "lr_per_member_wall_s": wall,
                 "lr_per_member_trained_as_ensemble_of": mixed_results[0]["ensemble_size"],
                 "lr_per_member_runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
             }
-    single = rows["1"]
-    for row in rows.values():
-        row["sequential_wall_s"] = row["k"] * single["wall_s"]
-        row["sequential_runs_per_h"] = row["k"] * 3600 / row["sequential_wall_s"] * (options.steps / RUN_STEPS)
-        row["speedup"] = row["runs_per_h"] / row["sequential_runs_per_h"]
-    return {
-        "cell": "modular mlp adam random(batch 512)",
-        "steps": options.steps,
-        "normalised_to_steps": RUN_STEPS,
-        "wall": "seconds of the whole train() call (build, loop, writes)",
-        "sizes": rows,
-    }
+    return section
 
 
 # --- 5. the number probe ---------------------------------------------------------------------------

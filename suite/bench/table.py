@@ -16,7 +16,8 @@ def _load(loadavg) -> str:
 
 def format_report(report: dict) -> str:
     lines = _header(report)
-    measured = {k: v for k, v in report.items() if not (isinstance(v, dict) and "error" in v)}
+    # a section that failed shows what it measured before (the ensembles' sizes), if anything
+    measured = {k: v for k, v in report.items() if not (isinstance(v, dict) and set(v) == {"error"})}
     for section, lines_of in FORMATS.items():
         if section in measured:
             lines += [""] + lines_of(measured[section])
@@ -84,13 +85,13 @@ def _ensembles(e: dict) -> list[str]:
     lines = [
         f"ensembles, {e['cell']}, {e['steps']} steps; runs/hour of {e['normalised_to_steps']}-step runs "
         "(the default cell groks at ~1700 steps and stops at ~2200)",
-        f"  {'K':>4}{'trained as':>12}{'wall s':>9}{'runs/h':>10}{'sequential runs/h':>19}{'speed-up':>10}"
+        f"  {'K':>5}{'trained as':>14}{'wall s':>9}{'runs/h':>10}{'sequential runs/h':>19}{'speed-up':>10}"
         f"{'lr per member runs/h':>22}",
     ]
     for r in e["sizes"].values():
         mixed = f"{r['lr_per_member_runs_per_h']:>22.0f}" if "lr_per_member_runs_per_h" in r else f"{'-':>22}"
         lines.append(
-            f"  {r['k']:>4}{'ensemble ' + str(r['trained_as_ensemble_of']):>12}{r['wall_s']:>9.1f}"
+            f"  {r['k']:>5}{'ensemble ' + str(r['trained_as_ensemble_of']):>14}{r['wall_s']:>9.1f}"
             f"{r['runs_per_h']:>10.0f}{r['sequential_runs_per_h']:>19.0f}{r['speedup']:>9.2f}x{mixed}"
         )
     return lines + ["  sequential = K times the K = 1 wall; lr per member: the K members each at their own lr"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from suite.commands import flags
 
 
@@ -44,4 +46,7 @@ def run(args) -> int:
     report, path = run_bench(device, options, args.out)  # written as it goes: an interruption keeps what was measured
     print(format_report(report))
     print(path)
+    if "stopped" in report:
+        print(f"stopped by {report['stopped']}: the report holds what was measured before", file=sys.stderr)
+        return 130 if report["stopped"] == "SIGINT" else 3  # as `suite run` stopped at a checkpoint
     return 0

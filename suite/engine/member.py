@@ -70,12 +70,14 @@ class Member:
                     f"task '{spec['task']['name']}' with these settings has {len(data.y_train)} training "
                     f"and {len(data.y_val)} validation examples: it needs some of each"
                 )
-            data = data.to(device)
+            host, data = data, data.to(device)
             torch.manual_seed(spec["seed"])  # the model's initialisation
             model = model_entry.build(data, **component_settings(spec, "model")).to(device)
-        generator = torch.Generator(device=device).manual_seed(spec["seed"])
+        # The sampler draws on the CPU, from the CPU copy of the data, so that a seed trains on the
+        # same batches on every device (a CUDA generator draws other numbers); the stack moves the indices.
+        generator = torch.Generator().manual_seed(spec["seed"])
         sampler = (
-            ALL["sampler"].get(spec["sampler"]["name"]).build(data, generator, **component_settings(spec, "sampler"))
+            ALL["sampler"].get(spec["sampler"]["name"]).build(host, generator, **component_settings(spec, "sampler"))
         )
         check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
         if sampler.reads_embedding_grad and getattr(model, "embedding_weight", None) is None:

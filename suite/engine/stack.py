@@ -68,7 +68,10 @@ class Stack:
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every live member's next batch of its own data, [K, batch, ...] and [K, batch]."""
-        batch = torch.stack([m.sampler.next() for m in self.live])  # [K, batch]
+        batch = torch.stack([m.sampler.next() for m in self.live])  # [K, batch], drawn on the CPU
+        if self.device.type == "cuda":  # pinned: the copy need not wait for the steps queued before it
+            batch = batch.pin_memory()
+        batch = batch.to(self.device, non_blocking=True)
         rows = torch.arange(len(self.live), device=self.device)[:, None]  # member i's batch from member i's data
         return self.x_train[rows, batch], self.y_train[rows, batch]
 
@@ -79,7 +82,8 @@ class Stack:
     def observe_embedding_grad(self) -> None:
         """Samplers that adapt to training read their own member's token-embedding gradient."""
         if self.live[0].sampler.reads_embedding_grad:  # one cell: every member has the same sampler
-            for m, grad in zip(self.live, self.model.embedding_grads()):
+            grads = torch.stack(self.model.embedding_grads()).cpu()  # the samplers live on the CPU
+            for m, grad in zip(self.live, grads):
                 m.sampler.observe(grad)
 
     # --- evaluate -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ milestones and early stop; a single run is the stack of one. The members own the
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -42,7 +43,10 @@ class Preempted(Exception):
     the run to stop: `signal` names which, `step` is where the checkpoint stands."""
 
     def __init__(self, signal_name: str, step: int, run_dirs: list):
-        super().__init__(f"{signal_name} at step {step}: checkpointed in {', '.join(map(str, run_dirs))}")
+        where = [str(d) for d in run_dirs]
+        if len(where) > 3:  # a stack of 1,024 members: one line, not a thousand paths
+            where = [f"{len(where)} run folders under {os.path.commonpath(where)}"]
+        super().__init__(f"{signal_name} at step {step}: checkpointed in {', '.join(where)}")
         self.signal, self.step = signal_name, step
 
 
