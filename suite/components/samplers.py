@@ -1,9 +1,11 @@
 """Samplers: which training examples make the next batch.
 
 A sampler is built once from the task's data and the run's generator (seeded from the
-run's seed, on the run's device); `next()` returns the batch's indices into the training
-set, drawn on the device. All the randomness goes through that generator, whose state
-the checkpoint carries, so a resumed run draws the same batches.
+run's seed), both on the CPU whatever device the run trains on, so that a seed draws the same
+batches on a GPU as on the CPU; `next()` returns the batch's indices into the training set,
+which the loop moves to the device (and a sampler that adapts gets the gradient on the CPU).
+All the randomness goes through that generator, whose state the checkpoint carries, so a
+resumed run draws the same batches.
 
 The samplers registered here:
 - random: uniform minibatches (batch_size distinct examples); full: every training example at
