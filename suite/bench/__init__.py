@@ -180,14 +180,14 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
             "compile": lambda: measure.compile_section(device, options),
         }
         for section in todo:
-            take(report, path, section, measurements[section])
+            _take(report, path, section, measurements[section])
             if "stopped" in report:
                 break
             if section == "matmul" and "error" not in report["matmul"]:
                 passes = report["matmul"]["passes_flop_per_s"]
     if passes and "stopped" not in report:
         measure.log("matmul limit again, at the end")
-        take(report, path, "matmul", measurements["matmul"])
+        _take(report, path, "matmul", measurements["matmul"])
     limit = report.get("matmul", {}).get("limit_flop_per_s")  # a stopped bench has the pass at the start
     for cell in report.get("steps", {}).get("cells", {}).values():
         cell["fraction_of_limit"] = cell["achieved_flop_per_s"] / limit if limit else None
@@ -198,7 +198,7 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
     return report, path
 
 
-def take(report: dict, path: Path, section: str, run) -> None:
+def _take(report: dict, path: Path, section: str, run) -> None:
     """report[section] = run(), and the report written. A section that fails records its error and
     the others go on; one asked to stop (Ctrl-C, a deadline's SIGTERM) sets report["stopped"]."""
     try:
