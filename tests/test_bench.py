@@ -37,7 +37,7 @@ def test_report_has_every_section_and_the_machine(quick):
     for key in ("commit", "torch_version", "device", "threads", "hostname", "date", "units", "bench_wall_s"):
         assert key in report
     assert report["device"] == "cpu" and report["threads"] == 1  # run_cli sets OMP_NUM_THREADS=1
-    assert {"matmul", "plain", "steps", "ensembles", "precision"} <= set(report) and report["complete"] is True
+    assert {"matmul", "plain", "steps", "profile", "ensembles", "precision"} <= set(report) and report["complete"]
     assert "targets" not in report  # the bench reports figures; targets are a reader's (README)
     assert "probe" not in report and "compile" not in report and report["skipped"] == ["compile", "probe"]
     assert set(report["steps"]["cells"]) == {"mlp_batch512", "mlp_full", "transformer_batch512", "transformer_full"}
@@ -65,6 +65,18 @@ def test_the_precision_section_runs_fp32_and_bf16_side_by_side_on_any_cpu(quick)
             fp32["steps"][model]["pure_step_s"] / step["pure_step_s"], rel=1e-12
         )
     assert "precision, side by side" in proc.stdout and "bf16" in proc.stdout
+
+
+def test_the_profile_counts_one_batch_draw_per_member_and_step_and_ranks_the_busiest_ops(quick):
+    proc, report, _ = quick
+    p = report["profile"]
+    assert (p["k"], p["steps"]) == (2, 3)  # the largest ensemble size asked for (1,2), up to 256
+    assert p["randperm_per_step"] == 2  # one draw per member, each its own generator's
+    assert p["aten_ops_per_step"] > 0 and 0 < p["randperm_per_step_s"] < p["host_self_per_step_s"]
+    shares = [r["share"] for r in p["top_host"]]
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
+    assert "top_device" not in p and "device_busy_fraction" not in p  # a GPU's figures, not a CPU's
+    assert "profile, a stack of 2" in proc.stdout
 
 
 def test_figures_are_consistent(quick):

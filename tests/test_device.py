@@ -90,3 +90,13 @@ def test_tf32_trains_on_cuda_and_is_refused_elsewhere(tmp_path):
         return
     (result,) = train(as_cells([spec], [tmp_path / "run"]), DEVICE)
     assert result["steps"] == 60 and not torch.backends.cuda.matmul.allow_tf32  # the flag restored after the run
+
+
+def test_the_bench_profiles_a_stack_on_the_device():
+    from suite.bench.measure import Options
+    from suite.bench.profile_section import profile_section
+
+    p = profile_section(DEVICE, Options(quick=True, ensembles="1,4"))
+    assert p["k"] == 4 and p["randperm_per_step"] == 4  # the batches drawn on the CPU, one per member
+    if DEVICE.type == "cuda":  # its kernels' time and the launches that issued them
+        assert p["kernel_launches_per_step"] > 0 and p["top_device"] and 0 < p["device_busy_fraction"] < 2

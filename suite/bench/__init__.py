@@ -11,6 +11,9 @@ Sections (each can be skipped):
              counted by FlopCounterMode (forward + backward; the optimizer's elementwise work is
              not counted), achieved FLOP/s and its fraction of the limit; the whole step (the
              suite's loop: sampling, evaluation and progress measures included); their ratio;
+- profile:   where a stack's step spends its time: a stack of the largest ensemble size up to 256
+             under torch.profiler, the busiest host ops and GPU kernels per step, the launches,
+             the batch draws, and how busy the GPU is (suite/bench/profile_section.py);
 - ensembles: runs per hour of K seeds of the default cell trained as one ensemble vs K
              sequential runs (K times the K = 1 wall), and of K members each at its own
              learning rate (one optimizer per member, as a tuning grid stacks);
@@ -81,6 +84,7 @@ import torch
 from suite.bench import measure
 from suite.bench.measure import SECTIONS, Options
 from suite.bench.precision_section import precision_section
+from suite.bench.profile_section import profile_section
 from suite.engine.train import Preempted
 from suite.errors import SuiteError
 from suite.results.result import git_commit, git_dirty
@@ -174,6 +178,7 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
             ),
             "plain": lambda: measure.plain_section(options, root / "plain"),
             "steps": lambda: measure.step_section(device, options, root / "steps"),
+            "profile": lambda: profile_section(device, options),
             "ensembles": lambda: measure.ensemble_section(device, options, root / "ensembles", report),
             "precision": lambda: precision_section(device, options, root / "precision"),
             "probe": lambda: measure.probe_section(device, root),

@@ -24,7 +24,8 @@ one line (exit 2); a part with a failed step says which in one line, after its r
 - check: `pytest -m device` with SUITE_TEST_DEVICE set to the device (tests/test_device.py: a run, a
   stack, bf16, resume, tf32 on the device); the default cell on the device and on the CPU, every
   evaluation's losses compared (the largest relative difference, and the first evaluation past
-  1e-3); `suite bench` on the device (stacks 1, 32, 256, 1,024; every precision; torch.compile).
+  1e-3); `suite bench` on the device (a profile of the stack of 256; stacks 1, 32, 256, 1,024;
+  every precision; torch.compile).
 - grids: `suite/grids/paper.toml` (every cell, 5 seeds) and `adamlr_transformer.toml`'s `nanda`
   experiment (p = 113, full batch, AdamW and Adam-LR under decoupled decay), each with its leaderboard.
 - long: `polygons_gpu.toml`'s 112px experiment, then `tuned.toml` (`suite tune`) with what is left.

@@ -21,7 +21,7 @@ from suite.engine.measures import LOSSES
 from suite.errors import SuiteError
 from suite.specs.spec import resolve, runner_of_task, spec_id
 
-SECTIONS = ("matmul", "plain", "steps", "ensembles", "precision", "probe", "compile")
+SECTIONS = ("matmul", "plain", "steps", "profile", "ensembles", "precision", "probe", "compile")
 MODELS = {"mlp": {"model": "mlp", "opt": "adam"}, "transformer": {"model": "transformer", "opt": "adamw"}}
 SAMPLERS = {"batch512": {"sampler": "random"}, "full": {"sampler": "full"}}  # random's default batch is 512
 NO_EARLY_STOP = {"train.patience": None}  # the loop runs its whole budget

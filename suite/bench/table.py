@@ -97,6 +97,26 @@ def _ensembles(e: dict) -> list[str]:
     return lines + ["  sequential = K times the K = 1 wall; lr per member: the K members each at their own lr"]
 
 
+def _profile(p: dict) -> list[str]:
+    lines = [
+        f"profile, a stack of {p['k']} ({p['cell']}): {p['step_s'] * 1e3:.2f} ms a step unprofiled; per step "
+        f"under the profiler, host ops {p['host_self_per_step_s'] * 1e3:.2f} ms ({p['aten_ops_per_step']:.0f} aten "
+        f"ops), drawing batches {p['randperm_per_step_s'] * 1e3:.2f} ms ({p['randperm_per_step']:.0f} randperm)"
+    ]
+    if "device_busy_fraction" in p:
+        lines.append(
+            f"  GPU busy {p['device_busy_per_step_s'] * 1e3:.2f} ms a step ({p['device_busy_fraction']:.0%} of it), "
+            f"{p['kernel_launches_per_step']:.0f} launches"
+        )
+    for side in ("top_device", "top_host"):
+        for r in p.get(side, [])[:6]:
+            lines.append(
+                f"  {side[4:]:<7}{r['op'][:60]:<62}{r['calls_per_step']:>8.1f}/step"
+                f"{r['self_per_step_s'] * 1e3:>9.3f} ms{r['share']:>7.1%}"
+            )
+    return lines
+
+
 def _probe(p: dict) -> list[str]:
     parts = ", ".join(f"{k} {v}" for k, v in p["timings_s"].items())
     return [f"number probe ({p['model']}, default spec, {p['threads']} thread(s)): {p['wall_s']:.1f} s   [{parts}]"]
@@ -122,6 +142,7 @@ FORMATS = {
     "matmul": _matmul,
     "plain": _plain,
     "steps": _steps,
+    "profile": _profile,
     "ensembles": _ensembles,
     "precision": format_precision,
     "probe": _probe,

@@ -21,7 +21,7 @@ def add(sub) -> None:
     p.add_argument(
         "--skip",
         default="",
-        help="sections to skip, comma-separated: matmul,plain,steps,ensembles,precision,probe,compile",
+        help="sections to skip, comma-separated: matmul,plain,steps,profile,ensembles,precision,probe,compile",
     )
     p.add_argument(
         "--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)"
