@@ -35,21 +35,20 @@ def profile_section(device: torch.device, options: Options) -> dict:
     members = [Member.build(cell_spec({}, options, seed), device) for seed in range(k)]
     (stack,) = stacks(members, device)  # the default cell's seeds make one stack
     warmup, steps = options.warmup_steps, 3 if options.quick else 30
+
+    def train(first: int, n: int) -> None:
+        for step in range(first, first + n):
+            train_step(stack, step, stack.model)
+        sync(device)
+
     cuda = device.type == "cuda"
     with precision.matmul_mode(stack.cfg.precision, device):
-        for step in range(warmup):
-            train_step(stack, step, stack.model)
-        sync(device)
+        train(0, warmup)
         t0 = time.perf_counter()
-        for step in range(warmup, warmup + steps):
-            train_step(stack, step, stack.model)
-        sync(device)
+        train(warmup, steps)
         step_s = (time.perf_counter() - t0) / steps
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        with profile(activities=activities) as prof:
-            for step in range(warmup + steps, warmup + 2 * steps):
-                train_step(stack, step, stack.model)
-            sync(device)
+        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            train(warmup + steps, steps)
     head = {"k": k, "cell": "modular mlp adam random(batch 512)", "steps": steps, "step_s": step_s}
     return head | op_figures(prof, steps, step_s, cuda)
 
