@@ -124,10 +124,24 @@ def spec_id(spec: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+# Such settings where one component's runs had another value before: Muon always decayed decoupled,
+# so a muon spec at decoupled_weight_decay=true keeps its id (and a coupled one gets its own).
+LATER_DEFAULTS_BY_NAME = {("opt", "muon", "decoupled_weight_decay"): True}
+
+
+def later_defaults(spec: dict) -> dict:
+    """LATER_DEFAULTS as they hold for this spec's components."""
+    out = dict(LATER_DEFAULTS)
+    for (kind, name, key), value in LATER_DEFAULTS_BY_NAME.items():
+        if spec.get(kind, {}).get("name") == name:
+            out[(kind, key)] = value
+    return out
+
+
 def without_later_defaults(spec: dict) -> dict:
     """The spec as it was written before LATER_DEFAULTS's settings existed (where they hold those values)."""
     out = dict(spec)
-    for (kind, key), value in LATER_DEFAULTS.items():
+    for (kind, key), value in later_defaults(spec).items():
         if kind in out and out[kind].get(key, value) == value:
             out[kind] = {k: v for k, v in out[kind].items() if k != key}
     return out
@@ -136,7 +150,7 @@ def without_later_defaults(spec: dict) -> dict:
 def with_later_defaults(spec: dict) -> dict:
     """An older spec with LATER_DEFAULTS's settings filled in, so it reads as a spec of today."""
     out = dict(spec)
-    for (kind, key), value in LATER_DEFAULTS.items():
+    for (kind, key), value in later_defaults(spec).items():
         if kind in out and key not in out[kind]:
             out[kind] = {**out[kind], key: value}
     return out
