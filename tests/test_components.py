@@ -1,5 +1,7 @@
 """Optimizers, samplers and the MLP: the pieces the loop wires together."""
 
+import copy
+import io
 import math
 
 import pytest
@@ -9,9 +11,10 @@ from conftest import build_one
 from suite.tasks.modular import modular
 
 from suite import SuiteError
+from suite.components.optimizers import orthogonalize
 from suite.specs.contracts import ParamGroups
 from suite.specs.registry import ALL
-from suite.specs.spec import resolve, spec_id
+from suite.specs.spec import resolve, spec_id, with_later_defaults
 
 CPU = torch.device("cpu")
 
@@ -105,6 +108,95 @@ def test_adam_and_adamlr_with_decoupled_weight_decay_are_adamw_and_adamwlr_step_
     older = {**spec, "opt": {k: v for k, v in spec["opt"].items() if k != "decoupled_weight_decay"}}
     assert spec["opt"]["decoupled_weight_decay"] is False and spec_id(spec) == spec_id(older)
     assert spec_id(resolve({"opt": "adamlr"}, {"decoupled_weight_decay": True})) != spec_id(spec)
+
+
+MUON = {"muon_lr": 2e-2, "lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "betas": (0.9, 0.98), "eps": 1e-8}
+
+
+def _muon(decoupled: bool, **settings):
+    return built(p=13, opt="muon", d=16, hidden=32, decoupled_weight_decay=decoupled, **settings)
+
+
+def _scale(W) -> float:
+    return math.sqrt(max(1, W.shape[0] / W.shape[1]))
+
+
+def test_muon_decays_decoupled_by_default_as_it_did_before_the_setting_step_for_step():
+    """The reference: Muon's step as it was written before decoupled_weight_decay existed, on the
+    hidden matrix, and torch's AdamW on the rest."""
+    b = _muon(True)
+    reference = copy.deepcopy(b.model)
+    W = reference.hidden.weight
+    adamw = torch.optim.AdamW(
+        [p for p in reference.parameters() if p is not W],
+        lr=MUON["lr"],
+        weight_decay=MUON["weight_decay"],
+        betas=MUON["betas"],
+        eps=MUON["eps"],
+    )
+    lr, decay, momentum, buf = MUON["muon_lr"], MUON["weight_decay"], MUON["momentum"], torch.zeros_like(W)
+    for _ in range(3):
+        for model in (b.model, reference):
+            model.zero_grad()
+            F.cross_entropy(model(b.data.x_train), b.data.y_train).backward()
+        b.optimizer.step()
+        with torch.no_grad():
+            buf.lerp_(W.grad, 1 - momentum)
+            update = orthogonalize(W.grad.lerp(buf, momentum), torch.float32)
+            W.mul_(1 - lr * decay)
+            W.add_(update, alpha=-lr * _scale(W))
+        adamw.step()
+    assert all(torch.equal(p, q) for p, q in zip(b.model.parameters(), reference.parameters()))
+
+
+def test_muon_with_coupled_weight_decay_adds_it_to_every_gradient_first_and_shrinks_nothing():
+    decay = 0.5
+    b = _muon(False, weight_decay=decay)
+    W, bias = b.model.hidden.weight, b.model.hidden.bias
+    W0, bias0 = W.detach().clone(), bias.detach().clone()
+    b.model.zero_grad()
+    F.cross_entropy(b.model(b.data.x_train), b.data.y_train).backward()
+    g_W, g_bias = W.grad + decay * W0, bias.grad + decay * bias0
+    b.optimizer.step()
+    # Muon's first step: the momentum buffer (1 - m) g from zero, Nesterov's g.lerp(buffer, m), orthogonalized
+    m = MUON["momentum"]
+    nesterov = g_W.lerp((1 - m) * g_W, m)
+    expected = W0 - MUON["muon_lr"] * _scale(W0) * orthogonalize(nesterov, torch.float32)
+    assert torch.allclose(W, expected, rtol=0, atol=1e-6)
+    # Adam's first step, bias-corrected: m_hat = g, v_hat = g^2 (to float32 rounding of the bias, ~1e-8; lr is 1e-3)
+    assert torch.allclose(bias, bias0 - MUON["lr"] * g_bias / (g_bias.abs() + MUON["eps"]), rtol=0, atol=3e-8)
+    decoupled = _muon(True, weight_decay=decay)
+    _steps(decoupled.model, decoupled.optimizer, decoupled.data.x_train, decoupled.data.y_train, n=1)
+    assert not torch.allclose(decoupled.model.hidden.weight, W, rtol=0, atol=1e-6)
+
+
+def test_muon_state_round_trips_through_a_checkpoint_and_one_from_before_the_setting_reads_as_decoupled():
+    for decoupled in (True, False):
+        a, b = _muon(decoupled), _muon(decoupled)
+        x, y = a.data.x_train, a.data.y_train
+        _steps(a.model, a.optimizer, x, y, n=2)
+        saved = io.BytesIO()
+        torch.save(a.optimizer.state_dict(), saved)
+        b.model.load_state_dict(a.model.state_dict())
+        b.optimizer.load_state_dict(torch.load(io.BytesIO(saved.getvalue())))
+        for run in (a, b):
+            _steps(run.model, run.optimizer, x, y, n=2)
+        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+        assert b.optimizer.parts[0].param_groups[0]["decoupled_weight_decay"] is decoupled
+    older = copy.deepcopy(a.optimizer.state_dict())
+    del older["muon"]["param_groups"][0]["decoupled_weight_decay"]
+    fresh = _muon(False).optimizer
+    fresh.load_state_dict(older)
+    assert fresh.parts[0].param_groups[0]["decoupled_weight_decay"] is True
+
+
+def test_a_muon_spec_at_decoupled_decay_keeps_the_id_it_had_before_the_setting():
+    """Muon always decayed decoupled: its stored runs keep their ids, a coupled run gets its own."""
+    spec = resolve({"opt": "muon"})
+    older = {**spec, "opt": {k: v for k, v in spec["opt"].items() if k != "decoupled_weight_decay"}}
+    assert spec["opt"]["decoupled_weight_decay"] is True and spec_id(spec) == spec_id(older)
+    assert with_later_defaults(older) == spec
+    assert spec_id(resolve({"opt": "muon"}, {"decoupled_weight_decay": False})) != spec_id(spec)
 
 
 def test_embed_init_scales_the_same_initial_draw_and_only_applies_to_embeddings():

@@ -6,6 +6,8 @@ but E. Defaults follow the embedding-grokking paper (arXiv 2505.15624): Adam, lr
 weight decay 1e-3 (coupled L2, as torch.optim.Adam applies it). A model may bring its own recipe's
 (register_model's opt_defaults: the transformer runs adam, adamlr and adamlr_adaptive at Nanda et
 al.'s AdamW recipe, decoupled_weight_decay on); `suite list model` shows them, --set wins over both.
+Every optimizer here with a choice of decay takes it as decoupled_weight_decay (adam, adamlr,
+adamlr_adaptive: coupled by default; muon: decoupled), so a tuning can search it as one setting.
 
 elementwise=True marks an optimizer whose update of each element depends on that element
 alone (Adam and its kin, SGD): it trains a stack's stacked parameters exactly as K
@@ -238,22 +240,42 @@ class Muon(torch.optim.Optimizer):
     lr x sqrt(max(1, rows / cols)), decoupled weight decay), with one difference: the iterations
     run in `ns_dtype`. torch's run in bfloat16, which this project's AVX2 CPU emulates: one
     orthogonalization of a 512 x 512 matrix took 9.4 s there against 0.26 s for 15 float32
-    products. float32 (the default) is also what a GPU run then computes, so the two agree."""
+    products. float32 (the default) is also what a GPU run then computes, so the two agree.
 
-    def __init__(self, params, lr: float, weight_decay: float, momentum: float, ns_dtype: torch.dtype):
-        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "ns_dtype": ns_dtype})
+    decoupled_weight_decay=False: coupled L2 instead, weight_decay x p added to the gradient before
+    the momentum and the orthogonalization, and no shrink of p by lr x weight_decay."""
+
+    def __init__(
+        self,
+        params,
+        lr: float,
+        weight_decay: float,
+        momentum: float,
+        ns_dtype: torch.dtype,
+        decoupled_weight_decay: bool = True,
+    ):
+        defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "ns_dtype": ns_dtype}
+        super().__init__(params, defaults | {"decoupled_weight_decay": decoupled_weight_decay})
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:  # a checkpoint from before the setting: Muon decayed decoupled then
+            group.setdefault("decoupled_weight_decay", True)
 
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
             lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+            decoupled = group["decoupled_weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                grad = p.grad if decoupled else p.grad.add(p, alpha=decay)
                 buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
-                buf.lerp_(p.grad, 1 - momentum)
-                update = orthogonalize(p.grad.lerp(buf, momentum), group["ns_dtype"])
-                p.mul_(1 - lr * decay)
+                buf.lerp_(grad, 1 - momentum)
+                update = orthogonalize(grad.lerp(buf, momentum), group["ns_dtype"])
+                if decoupled:
+                    p.mul_(1 - lr * decay)
                 p.add_(update, alpha=-lr * math.sqrt(max(1, p.shape[0] / p.shape[1])))
 
 
@@ -274,7 +296,8 @@ class MuonAdamW(torch.optim.Optimizer):
     """Muon on the model's hidden matrices and AdamW on everything else (the embeddings, biases and
     the output head), stepped together: what Muon's own code and the Muon grokking paper (arXiv
     2504.16041) do, since Muon orthogonalizes 2-D matrices and is not meant for embeddings or
-    heads. The two keep their own state; this object holds both behind one optimizer's methods."""
+    heads. The two keep their own state; this object holds both behind one optimizer's methods.
+    With coupled weight decay the second part is Adam with L2 (its state keeps the name "adamw")."""
 
     def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):  # noqa: D107 - no Optimizer state
         self.parts = (muon, adamw)
@@ -316,9 +339,12 @@ def muon(
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-8,
     ns_dtype: Literal["float32", "bfloat16"] = "float32",
+    decoupled_weight_decay: bool = True,
 ):
     """Muon (Nesterov; Newton-Schulz in ns_dtype) on the hidden matrices at muon_lr, AdamW on the rest
-    at lr; decoupled weight decay on both."""
+    at lr; decoupled weight decay on both (each shrinks p by its lr x weight_decay a step).
+    decoupled_weight_decay=false: coupled L2 on both instead, weight_decay x p added to every
+    gradient first (before Muon's momentum and orthogonalization; Adam's L2 for the rest)."""
     if not groups.hidden:
         raise SuiteError("optimizer 'muon' needs a model that names its hidden matrices (hidden_weights)")
     _check(lr=lr, muon_lr=muon_lr, weight_decay=weight_decay, betas=betas, eps=eps)
@@ -326,9 +352,15 @@ def muon(
         raise SuiteError(f"momentum must lie in [0, 1), got {momentum}")
     hidden = {id(p) for p in groups.hidden}
     rest = [p for p in groups.all if id(p) not in hidden]
+    adam_kind = torch.optim.AdamW if decoupled_weight_decay else torch.optim.Adam  # Adam's own decay is coupled L2
     return MuonAdamW(
         Muon(
-            groups.hidden, lr=muon_lr, weight_decay=weight_decay, momentum=momentum, ns_dtype=getattr(torch, ns_dtype)
+            groups.hidden,
+            lr=muon_lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            ns_dtype=getattr(torch, ns_dtype),
+            decoupled_weight_decay=decoupled_weight_decay,
         ),
-        torch.optim.AdamW(rest, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps),
+        adam_kind(rest, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps),
     )
