@@ -64,7 +64,9 @@ The sections in detail:
   recorded as its one-line error.
 A section that cannot run here is recorded as `unavailable` in the report.
 
-The measurements are suite/bench/measure.py's, the table suite/bench/table.py's.
+The measurements are suite/bench/measure.py's, the table suite/bench/table.py's. What one spec's
+step costs, taken alike for every row of a board (one thread, the loop's own step), is
+suite/bench/cost.py's.
 """
 
 from __future__ import annotations
