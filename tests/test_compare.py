@@ -4,7 +4,13 @@ import math
 
 import pytest
 
-from suite.leaderboard.speedup import equivalence, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.speedup import (
+    equivalence,
+    permutation_p,
+    ratio,
+    speedup_interval,
+    verdict,
+)
 from suite.leaderboard.tables import interval_text
 
 INF = math.inf
@@ -45,10 +51,47 @@ def test_failures_count_as_infinity_and_ties_of_failures_as_one():
     assert math.isinf(low) and math.isinf(high)
 
 
-def test_a_verdict_needs_the_interval_off_1_and_five_seeds():
-    assert verdict(1.2, 3.0, 5) == "faster" and verdict(0.2, 0.9, 10) == "slower"
-    assert verdict(0.8, 3.0, 10) == "not resolved (n = 10)"
-    assert verdict(INF, INF, 3) == "not resolved (n = 3)"  # 3 seeds never carry a claim
+def test_a_verdict_needs_the_interval_off_1_and_p_below_005_and_five_seeds():
+    assert verdict(1.2, 3.0, 0.01, 5) == "faster" and verdict(0.2, 0.9, 0.01, 10) == "slower"
+    assert verdict(0.8, 3.0, 0.01, 10) == "not resolved (n = 10)"  # p alone does not carry it
+    assert verdict(1.2, 3.0, 0.05, 10) == "not resolved (n = 10)"  # nor the interval alone: p must be below 0.05
+    assert verdict(0.2, 0.9, 0.0625, 10) == "not resolved (n = 10)"
+    assert verdict(INF, INF, 0.01, 3) == "not resolved (n = 3)"  # 3 seeds never carry a claim
+
+
+def test_five_pairs_all_one_way_are_not_resolved():
+    # The percentile interval of 5 pairs is [min, max] of the per-seed ratios: every seed faster puts it
+    # above 1, but the signed-rank p of 5 pairs is at least 2/32, so the verdict was a 6.25% test.
+    base, row = [1000, 1200, 6900, 1100, 1300], [550, 600, 1000, 500, 650]
+    low, high = speedup_interval(base, row, paired=True)
+    p = permutation_p(base, row, paired=True)
+    assert low > 1 and p == pytest.approx(2 / 32)
+    assert verdict(low, high, p, 5) == "not resolved (n = 5)"
+
+
+# 10 paired seeds: nine where the row is 2.0x-2.8x faster (log ratios ranked 1-9) and one more.
+SLOW = [3000 + 100 * i for i in range(9)]
+FASTER = [t / (2 + i / 10) for i, t in enumerate(SLOW)]
+
+
+def test_ten_pairs_whose_interval_excludes_1_but_whose_p_does_not_reach_005_are_not_resolved():
+    # the tenth seed 10x slower: the largest rank, W- = 10. Sign patterns with W+ <= 10 (or, mirrored,
+    # >= 45): the subsets of {1..10} summing to 0..10 number 1+1+1+2+2+3+4+5+6+8+10 = 43, so p = 86/1024.
+    # The medians barely feel that seed, so the interval lies above 1.
+    base, row = [100, *SLOW], [1000, *FASTER]
+    low, high = speedup_interval(base, row, paired=True)
+    p = permutation_p(base, row, paired=True)
+    assert low > 1 and p == pytest.approx(86 / 1024)
+    assert verdict(low, high, p, 10) == "not resolved (n = 10)"
+
+
+def test_ten_pairs_whose_interval_and_p_agree_are_faster():
+    # the tenth seed 1.1x slower: the smallest rank, W- = 1; W+ <= 1 by {} and {1}: p = 2 x 2/1024
+    base, row = [1000, *SLOW], [1100, *FASTER]
+    low, high = speedup_interval(base, row, paired=True)
+    p = permutation_p(base, row, paired=True)
+    assert low > 1 and p == pytest.approx(4 / 1024)
+    assert verdict(low, high, p, 10) == "faster"
 
 
 def test_equivalence_needs_the_90_percent_interval_inside_the_declared_margin():

@@ -14,13 +14,19 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   value): paired, the Wilcoxon signed-rank statistic of log(baseline / row) over the sign flips
   of the pairs (seeds where both failed are ties and drop out); unpaired, the Mann-Whitney rank
   sum over every relabelling of the pooled seeds. The null distributions are counted exactly
-  (the number of subsets of ranks with each sum), not sampled. With 3 seeds against 3 the
-  smallest possible p is 0.10; with 5 pairs, 0.0625: a claim on so few seeds cannot be
-  significant, which is what the verdict then says.
-- verdict: "faster" when the interval's low end is above 1, "slower" when its high end is below
-  1, else "not resolved (n = k)"; and "not resolved" whatever the interval with fewer than 5
-  seeds in either row (the project's rule, leaderboards/README.md "How verdicts are judged": a
-  bootstrap over 3 seeds that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
+  (the number of subsets of ranks with each sum), not sampled.
+- verdict: "faster" when the interval's low end is above 1 AND p < ALPHA (0.05), with 5 seeds or
+  more in each row; "slower" when its high end is below 1 and p < ALPHA, likewise; else "not
+  resolved (n = k)". So the word never contradicts either number printed beside it, and a verdict
+  is a two-sided test at 5%, per row (a board's many rows are not adjusted together). The interval
+  alone would not do: with 5 pairs it lies off 1 only when all 5 per-seed ratios do (a resample
+  holding one seed 3 times or more, 5.8% of them, gives that seed's ratio; 5 seeds all one way
+  keep every resample's medians in that order), so "the interval excludes 1" meant "5 of 5 seeds
+  one way", a sign test at 2/32 = 6.25%. The smallest p of k pairs is 2/2^k: 5 pairs never carry
+  a verdict (p >= 0.0625), 6 can; unpaired, 5 seeds against 5 can (p >= 2/252), 3 against 3
+  cannot (p >= 0.10). With more seeds the two still test different things (the interval the ratio
+  of the medians, the rank test the per-seed ratios) and need not agree; with a real effect the
+  interval is usually the stricter, and the verdict takes whichever is.
 - equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
   (EQUIVALENCE_MARGIN, for every board), "equivalent within m" when the 90% bootstrap interval of
   the speed-up lies inside [1 / (1 + m), 1 + m] (two one-sided tests at 5% each, as an interval)
@@ -37,6 +43,7 @@ from scipy.stats import rankdata
 
 RESAMPLES = 10_000
 LEVEL = 0.95
+ALPHA = 0.05  # a verdict's level: its p must be below this as well as its interval off 1
 MIN_SEEDS = 5
 EQUIVALENCE_MARGIN = 0.10  # declared in leaderboards/README.md before the runs it first judged
 EQUIVALENCE_LEVEL = 0.90  # two one-sided tests at 5%
@@ -126,11 +133,13 @@ def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
     return table[size]
 
 
-def verdict(low: float, high: float, n: int) -> str:
-    """n: the seeds of the smaller of the two rows."""
-    if n >= MIN_SEEDS and low > 1:
+def verdict(low: float, high: float, p: float, n: int) -> str:
+    """low, high: the speed-up's 95% interval; p: the two-sided p printed beside it; n: the seeds of
+    the smaller of the two rows."""
+    resolved = n >= MIN_SEEDS and p < ALPHA
+    if resolved and low > 1:
         return "faster"
-    if n >= MIN_SEEDS and high < 1:
+    if resolved and high < 1:
         return "slower"
     return f"not resolved (n = {n})"
 
