@@ -27,6 +27,10 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   cannot (p >= 0.10). With more seeds the two still test different things (the interval the ratio
   of the medians, the rank test the per-seed ratios) and need not agree; with a real effect the
   interval is usually the stricter, and the verdict takes whichever is.
+- pooled: one method against its baseline over several cells, one verdict: the geometric mean of
+  the cells' speed-ups with a bootstrap interval (seeds resampled within each cell) and an exact
+  sign test over every paired seed. holm() adjusts the p-values of a family (the methods of a
+  board) before verdict() reads them again.
 - equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
   (EQUIVALENCE_MARGIN, for every board), "equivalent within m" when the 90% bootstrap interval of
   the speed-up lies inside [1 / (1 + m), 1 + m] (two one-sided tests at 5% each, as an interval)
@@ -39,7 +43,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import binomtest, rankdata
 
 RESAMPLES = 10_000
 LEVEL = 0.95
@@ -134,14 +138,79 @@ def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
 
 
 def verdict(low: float, high: float, p: float, n: int) -> str:
-    """low, high: the speed-up's 95% interval; p: the two-sided p printed beside it; n: the seeds of
-    the smaller of the two rows."""
+    """low, high: the speed-up's 95% interval; p: the two-sided p printed beside it (Holm-adjusted
+    where it is one of a family); n: the seeds of the smaller of the two rows (of the smallest cell)."""
     resolved = n >= MIN_SEEDS and p < ALPHA
     if resolved and low > 1:
         return "faster"
     if resolved and high < 1:
         return "slower"
     return f"not resolved (n = {n})"
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given: the i-th smallest of m is multiplied by
+    m - i + 1, then made monotone in that order and capped at 1. A nan (no test) stays nan and is
+    not counted in m."""
+    p = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(len(p), math.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    largest = 0.0
+    for i, index in enumerate(tested[np.argsort(p[tested], kind="stable")]):
+        largest = max(largest, min(1.0, (len(tested) - i) * p[index]))
+        adjusted[index] = largest
+    return adjusted.tolist()
+
+
+def pooled(cells: list[tuple[list[float], list[float]]]) -> dict:
+    """One method against its baseline over several cells, each cell (baseline times, method times)
+    aligned by seed. speedup: the geometric mean over the cells of the ratio of medians; low, high:
+    its 95% percentile bootstrap, the seeds resampled within each cell, both rows' times of a seed
+    together; wins / losses / ties: the paired seeds of every cell where the method took less / more
+    / the same time (both failed is a tie); p: the exact two-sided sign test of wins against losses
+    (ties dropped); n: the seeds of the smallest cell; verdict: verdict() with that p and n."""
+    pairs = [(np.asarray(b, dtype=float), np.asarray(r, dtype=float)) for b, r in cells]
+    if any(len(b) != len(r) for b, r in pairs):
+        raise ValueError("pooled() takes each cell's baseline and method times aligned by seed")
+    rng = np.random.default_rng(0)
+    base_medians, row_medians = [], []  # per cell, one median per resample
+    for b, r in pairs:
+        idx = rng.integers(0, len(b), (RESAMPLES, len(b)))
+        base_medians.append(np.median(b[idx], axis=1))
+        row_medians.append(np.median(r[idx], axis=1))
+    tail = (1 - LEVEL) / 2
+    resampled = _geometric_mean_ratio(np.array(base_medians), np.array(row_medians))
+    low, high = np.quantile(resampled, [tail, 1 - tail], method="inverted_cdf")
+    base, row = np.concatenate([b for b, _ in pairs]), np.concatenate([r for _, r in pairs])
+    wins, losses = int((row < base).sum()), int((row > base).sum())
+    p = binomtest(wins, wins + losses).pvalue if wins + losses else 1.0
+    n = min(len(b) for b, _ in pairs)
+    medians = np.array([[np.median(b), np.median(r)] for b, r in pairs])
+    speedup = _geometric_mean_ratio(medians[:, 0], medians[:, 1])
+    return {
+        "speedup": float(speedup),
+        "low": float(low),
+        "high": float(high),
+        "wins": wins,
+        "losses": losses,
+        "ties": len(base) - wins - losses,
+        "p": float(p),
+        "n_pairs": len(base),
+        "n": n,
+        "verdict": verdict(float(low), float(high), float(p), n),
+    }
+
+
+def _geometric_mean_ratio(base: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """The geometric mean over axis 0 (the cells) of base / row, as ratio() takes a cell's: a
+    failure is one time L beyond any budget, so a cell only the baseline reached contributes 1/L, one
+    only the method reached L, and the two cancel rather than make 0 x inf = nan. Leftover powers of
+    L give inf (more cells only the method reached) or 0."""
+    base_failed, row_failed = np.isinf(base), np.isinf(row)
+    powers_of_l = base_failed.sum(axis=0) - row_failed.sum(axis=0)
+    logs = np.where(base_failed, 0.0, np.log(base)) - np.where(row_failed, 0.0, np.log(row))
+    finite = np.exp(logs.mean(axis=0))
+    return np.where(powers_of_l > 0, math.inf, np.where(powers_of_l < 0, 0.0, finite))
 
 
 def equivalence(
