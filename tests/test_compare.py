@@ -1,10 +1,19 @@
-"""Speed-ups with an interval, exact permutation p-values and the verdict, against hand-computed cases."""
+"""Speed-ups with an interval, exact permutation p-values, the verdict, Holm's adjustment and the pooled
+verdict over cells, against hand-computed cases."""
 
 import math
 
 import pytest
 
-from suite.leaderboard.speedup import equivalence, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.speedup import (
+    equivalence,
+    holm,
+    permutation_p,
+    pooled,
+    ratio,
+    speedup_interval,
+    verdict,
+)
 from suite.leaderboard.tables import interval_text
 
 INF = math.inf
@@ -45,10 +54,89 @@ def test_failures_count_as_infinity_and_ties_of_failures_as_one():
     assert math.isinf(low) and math.isinf(high)
 
 
-def test_a_verdict_needs_the_interval_off_1_and_five_seeds():
-    assert verdict(1.2, 3.0, 5) == "faster" and verdict(0.2, 0.9, 10) == "slower"
-    assert verdict(0.8, 3.0, 10) == "not resolved (n = 10)"
-    assert verdict(INF, INF, 3) == "not resolved (n = 3)"  # 3 seeds never carry a claim
+def test_a_verdict_needs_the_interval_off_1_and_p_below_005_and_five_seeds():
+    assert verdict(1.2, 3.0, 0.01, 5) == "faster" and verdict(0.2, 0.9, 0.01, 10) == "slower"
+    assert verdict(0.8, 3.0, 0.01, 10) == "not resolved (n = 10)"  # p alone does not carry it
+    assert verdict(1.2, 3.0, 0.05, 10) == "not resolved (n = 10)"  # nor the interval alone: p must be below 0.05
+    assert verdict(0.2, 0.9, 0.0625, 10) == "not resolved (n = 10)"
+    assert verdict(INF, INF, 0.01, 3) == "not resolved (n = 3)"  # 3 seeds never carry a claim
+
+
+def test_five_pairs_all_one_way_are_not_resolved():
+    # The percentile interval of 5 pairs is [min, max] of the per-seed ratios: every seed faster puts it
+    # above 1, but the signed-rank p of 5 pairs is at least 2/32, so the verdict was a 6.25% test.
+    base, row = [1000, 1200, 6900, 1100, 1300], [550, 600, 1000, 500, 650]
+    low, high = speedup_interval(base, row, paired=True)
+    p = permutation_p(base, row, paired=True)
+    assert low > 1 and p == pytest.approx(2 / 32)
+    assert verdict(low, high, p, 5) == "not resolved (n = 5)"
+
+
+# 10 paired seeds: nine where the row is 2.0x-2.8x faster (log ratios ranked 1-9) and one more.
+SLOW = [3000 + 100 * i for i in range(9)]
+FASTER = [t / (2 + i / 10) for i, t in enumerate(SLOW)]
+
+
+def test_ten_pairs_whose_interval_excludes_1_but_whose_p_does_not_reach_005_are_not_resolved():
+    # the tenth seed 10x slower: the largest rank, W- = 10. Sign patterns with W+ <= 10 (or, mirrored,
+    # >= 45): the subsets of {1..10} summing to 0..10 number 1+1+1+2+2+3+4+5+6+8+10 = 43, so p = 86/1024.
+    # The medians barely feel that seed, so the interval lies above 1.
+    base, row = [100, *SLOW], [1000, *FASTER]
+    low, high = speedup_interval(base, row, paired=True)
+    p = permutation_p(base, row, paired=True)
+    assert low > 1 and p == pytest.approx(86 / 1024)
+    assert verdict(low, high, p, 10) == "not resolved (n = 10)"
+
+
+def test_ten_pairs_whose_interval_and_p_agree_are_faster():
+    # the tenth seed 1.1x slower: the smallest rank, W- = 1; W+ <= 1 by {} and {1}: p = 2 x 2/1024
+    base, row = [1000, *SLOW], [1100, *FASTER]
+    low, high = speedup_interval(base, row, paired=True)
+    p = permutation_p(base, row, paired=True)
+    assert low > 1 and p == pytest.approx(4 / 1024)
+    assert verdict(low, high, p, 10) == "faster"
+
+
+def test_holm_multiplies_the_ith_smallest_by_m_minus_i_keeps_the_order_and_caps_at_1():
+    # m = 3 (nan is no test): 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (monotone)
+    assert holm([0.04, 0.01, math.nan, 0.03]) == pytest.approx([0.06, 0.03, math.nan, 0.06], nan_ok=True)
+    assert holm([0.4, 0.7, 0.02]) == pytest.approx([0.8, 0.8, 0.06])  # 0.02 x 3, 0.4 x 2, max(0.8, 0.7)
+    assert holm([0.6, 0.7]) == [1.0, 1.0]  # 0.6 x 2 = 1.2, capped
+    assert holm([0.003]) == [0.003] and holm([]) == []
+    # an adjusted p takes back a verdict the raw one gave
+    assert verdict(1.2, 2.0, 0.03, 10) == "faster" and verdict(1.2, 2.0, holm([0.03, 0.03])[0], 10).startswith("not")
+
+
+def test_pooled_is_the_geometric_mean_over_cells_with_a_sign_test_over_every_pair():
+    # cell 1: every seed 2x faster (ratio of medians 400 / 200 = 2); cell 2: baseline 1,000 on four seeds,
+    # the method 250 on three, 4,000 on one, and both failed on the fifth (a tie): ratio 1,000 / 250 = 4.
+    cells = [
+        ([400, 400, 500, 600, 400], [200, 200, 250, 300, 200]),
+        ([1000, 1000, 1000, 1000, INF], [250, 250, 250, 4000, INF]),
+    ]
+    result = pooled(cells)
+    assert result["speedup"] == pytest.approx(math.sqrt(2 * 4))
+    assert (result["wins"], result["losses"], result["ties"], result["n_pairs"], result["n"]) == (8, 1, 1, 10, 5)
+    # the sign test, ties dropped: 8 of 9, two-sided 2 x (1 + 9) / 2^9
+    assert result["p"] == pytest.approx(20 / 512)
+    # p < 0.05, but cell 2 resamples to a median of 4,000 or inf often enough (3+ of 5 draws from those
+    # two seeds) that the interval reaches below 1: not resolved
+    assert result["low"] < 1 < result["high"] and result["verdict"] == "not resolved (n = 5)"
+    assert result == pooled(cells)  # the same on every call and machine
+    # three cells every seed 2x-3x faster: 15 wins of 15, p = 2 / 2^15, interval above 1
+    faster = pooled([([300] * 5, [100, 150, 150, 100, 150])] * 2 + [([600, 700, 800, 900, 1000], [300] * 5)])
+    assert faster["p"] == pytest.approx(2 / 2**15) and faster["low"] > 1 and faster["verdict"] == "faster"
+
+
+def test_pooled_cancels_a_cell_only_the_baseline_reached_against_one_only_the_method_reached():
+    # ratios 100 / L and L / 400 (L: a failure's time) multiply to 1/4; with 8x in the third cell the
+    # product is 2, the geometric mean 2^(1/3); not 0 x inf = nan
+    result = pooled([([100] * 5, [INF] * 5), ([INF] * 5, [400] * 5), ([800] * 5, [100] * 5)])
+    assert result["speedup"] == pytest.approx(2 ** (1 / 3))
+    assert (result["wins"], result["losses"], result["ties"]) == (10, 5, 0)
+    assert pooled([([100] * 5, [INF] * 5), ([800] * 5, [100] * 5)])["speedup"] == 0  # a leftover 1 / L
+    with pytest.raises(ValueError, match="aligned by seed"):
+        pooled([([1, 2, 3], [1, 2])])
 
 
 def test_equivalence_needs_the_90_percent_interval_inside_the_declared_margin():

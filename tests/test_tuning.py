@@ -66,6 +66,7 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     assert f"lr={fmt_value(sgd_choice['lr'])} momentum=0.9" in sgd
     # a bound just above 1 prints the digits that put it above 1, as on the board (tables.bound_text)
     monkeypatch.setattr("suite.leaderboard.stats.speedup_interval", lambda *a: (1.0026, 1.5))
+    monkeypatch.setattr("suite.leaderboard.stats.permutation_p", lambda *a: 0.01)  # 5 pairs never reach 0.05
     generate(root / "final", tmp_path / "board")
     verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
     sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)

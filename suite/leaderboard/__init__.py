@@ -204,11 +204,11 @@ DEFINITIONS = f"""\
   reached the target; `0.00`: only the baseline did; `-`: neither), and a 95% bootstrap interval
   over the seeds (paired by seed when both rows ran the same seeds). **p**: exact two-sided
   permutation test on ranks (signed ranks when paired). **verdict**: `faster` / `slower` when
-  the interval lies above / below 1 and both rows have 5 seeds or more, else `not resolved
-  (n = k)`. The **baseline** (`#k`) is, among the cell's plain rows ({" or ".join(baseline.OPTIMIZERS)}, no filter,
-  sampler {" / ".join(baseline.SAMPLERS)}, loss {baseline.LOSS}), the one that agrees with the row on the most method
-  settings; ties go to the faster baseline, then more seeds, then the label. A plain row is its
-  own baseline.
+  the interval lies above / below 1 and p < 0.05, with 5 seeds or more in both rows, else `not
+  resolved (n = k)` (5 pairs cannot give p below 0.0625). The **baseline** (`#k`) is, among
+  the cell's plain rows ({" or ".join(baseline.OPTIMIZERS)}, no filter, sampler {" / ".join(baseline.SAMPLERS)},
+  loss {baseline.LOSS}), the one that agrees with the row on the most method settings; ties go
+  to the faster baseline, then more seeds, then the label. A plain row is its own baseline.
 - **wall s**: median wall-clock seconds of the whole run (to its stop, not to the target),
   taken under whatever else shared the machine.
 - **performance profile**: in each cell and batch size where at least two methods ran and one

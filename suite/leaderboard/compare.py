@@ -149,6 +149,7 @@ def _row(ga: dict, gb: dict, across: set) -> dict:
     seeds_b, times_b = _times(gb, budget)
     paired = seeds_a == seeds_b and _task_settings(ga["cell"]) == _task_settings(gb["cell"])
     low, high = speedup_interval(times_a, times_b, paired)
+    p = permutation_p(times_a, times_b, paired)
     eq_low, eq_high, equivalent = equivalence(times_a, times_b, paired)
     a_low, a_high = median_interval(times_a)
     b_low, b_high = median_interval(times_b)
@@ -173,8 +174,8 @@ def _row(ga: dict, gb: dict, across: set) -> dict:
         "speedup": math.nan if neither else ratio(median_time(times_a), median_time(times_b)),
         "speedup_ci_low": low,
         "speedup_ci_high": high,
-        "p_value": permutation_p(times_a, times_b, paired),
-        "verdict": verdict(low, high, min(len(times_a), len(times_b))),
+        "p_value": p,
+        "verdict": verdict(low, high, p, min(len(times_a), len(times_b))),
         "eq_ci_low": eq_low,
         "eq_ci_high": eq_high,
         "equivalence": equivalent,
@@ -225,7 +226,8 @@ def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
             f"A: {side(a)}; B: {side(b)}. Time to target: the median held grok step over the seeds (a failed seed "
             "is inf), with a bootstrap interval. Speed-up: A's median / B's, so above 1 means B is faster, paired "
             "by seed when both sides ran the same seeds on the same data (the same task settings); the verdict "
-            "says `faster` (B faster) or `slower` only when the interval lies off 1 with 5 seeds or more a side. "
+            "says `faster` (B faster) or `slower` only when the interval lies off 1 and p < 0.05, with 5 seeds or "
+            "more a side (5 pairs cannot give p below 0.0625). "
             f"Equivalence: `equivalent within {m:.0%}` when the {EQUIVALENCE_LEVEL:.0%} interval of the speed-up lies "
             f"inside [1/{1 + m:g}, {1 + m:g}] (the margin declared before the runs, leaderboards/README.md), else `not "
             "shown equivalent`.\n",

@@ -14,13 +14,23 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   value): paired, the Wilcoxon signed-rank statistic of log(baseline / row) over the sign flips
   of the pairs (seeds where both failed are ties and drop out); unpaired, the Mann-Whitney rank
   sum over every relabelling of the pooled seeds. The null distributions are counted exactly
-  (the number of subsets of ranks with each sum), not sampled. With 3 seeds against 3 the
-  smallest possible p is 0.10; with 5 pairs, 0.0625: a claim on so few seeds cannot be
-  significant, which is what the verdict then says.
-- verdict: "faster" when the interval's low end is above 1, "slower" when its high end is below
-  1, else "not resolved (n = k)"; and "not resolved" whatever the interval with fewer than 5
-  seeds in either row (the project's rule, leaderboards/README.md "How verdicts are judged": a
-  bootstrap over 3 seeds that all failed against 3 that all grokked gives [inf, inf] and p = 0.10).
+  (the number of subsets of ranks with each sum), not sampled.
+- verdict: "faster" when the interval's low end is above 1 AND p < ALPHA (0.05), with 5 seeds or
+  more in each row; "slower" when its high end is below 1 and p < ALPHA, likewise; else "not
+  resolved (n = k)". So the word never contradicts either number printed beside it, and a verdict
+  is a two-sided test at 5%, per row (a board's many rows are not adjusted together). The interval
+  alone would not do: with 5 pairs it lies off 1 only when all 5 per-seed ratios do (a resample
+  holding one seed 3 times or more, 5.8% of them, gives that seed's ratio; 5 seeds all one way
+  keep every resample's medians in that order), so "the interval excludes 1" meant "5 of 5 seeds
+  one way", a sign test at 2/32 = 6.25%. The smallest p of k pairs is 2/2^k: 5 pairs never carry
+  a verdict (p >= 0.0625), 6 can; unpaired, 5 seeds against 5 can (p >= 2/252), 3 against 3
+  cannot (p >= 0.10). With more seeds the two still test different things (the interval the ratio
+  of the medians, the rank test the per-seed ratios) and need not agree; with a real effect the
+  interval is usually the stricter, and the verdict takes whichever is.
+- pooled: one method against its baseline over several cells, one verdict: the geometric mean of
+  the cells' speed-ups with a bootstrap interval (seeds resampled within each cell) and an exact
+  sign test over every paired seed. holm() adjusts the p-values of a family (the methods of a
+  board) before verdict() reads them again.
 - equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
   (EQUIVALENCE_MARGIN, for every board), "equivalent within m" when the 90% bootstrap interval of
   the speed-up lies inside [1 / (1 + m), 1 + m] (two one-sided tests at 5% each, as an interval)
@@ -33,10 +43,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import binomtest, rankdata
 
 RESAMPLES = 10_000
 LEVEL = 0.95
+ALPHA = 0.05  # a verdict's level: its p must be below this as well as its interval off 1
 MIN_SEEDS = 5
 EQUIVALENCE_MARGIN = 0.10  # declared in leaderboards/README.md before the runs it first judged
 EQUIVALENCE_LEVEL = 0.90  # two one-sided tests at 5%
@@ -126,13 +137,80 @@ def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
     return table[size]
 
 
-def verdict(low: float, high: float, n: int) -> str:
-    """n: the seeds of the smaller of the two rows."""
-    if n >= MIN_SEEDS and low > 1:
+def verdict(low: float, high: float, p: float, n: int) -> str:
+    """low, high: the speed-up's 95% interval; p: the two-sided p printed beside it (Holm-adjusted
+    where it is one of a family); n: the seeds of the smaller of the two rows (of the smallest cell)."""
+    resolved = n >= MIN_SEEDS and p < ALPHA
+    if resolved and low > 1:
         return "faster"
-    if n >= MIN_SEEDS and high < 1:
+    if resolved and high < 1:
         return "slower"
     return f"not resolved (n = {n})"
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given: the i-th smallest of m is multiplied by
+    m - i + 1, then made monotone in that order and capped at 1. A nan (no test) stays nan and is
+    not counted in m."""
+    p = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(len(p), math.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    largest = 0.0
+    for i, index in enumerate(tested[np.argsort(p[tested], kind="stable")]):
+        largest = max(largest, min(1.0, (len(tested) - i) * p[index]))
+        adjusted[index] = largest
+    return adjusted.tolist()
+
+
+def pooled(cells: list[tuple[list[float], list[float]]]) -> dict:
+    """One method against its baseline over several cells, each cell (baseline times, method times)
+    aligned by seed. speedup: the geometric mean over the cells of the ratio of medians; low, high:
+    its 95% percentile bootstrap, the seeds resampled within each cell, both rows' times of a seed
+    together; wins / losses / ties: the paired seeds of every cell where the method took less / more
+    / the same time (both failed is a tie); p: the exact two-sided sign test of wins against losses
+    (ties dropped); n: the seeds of the smallest cell; verdict: verdict() with that p and n."""
+    pairs = [(np.asarray(b, dtype=float), np.asarray(r, dtype=float)) for b, r in cells]
+    if any(len(b) != len(r) for b, r in pairs):
+        raise ValueError("pooled() takes each cell's baseline and method times aligned by seed")
+    rng = np.random.default_rng(0)
+    base_medians, row_medians = [], []  # per cell, one median per resample
+    for b, r in pairs:
+        idx = rng.integers(0, len(b), (RESAMPLES, len(b)))
+        base_medians.append(np.median(b[idx], axis=1))
+        row_medians.append(np.median(r[idx], axis=1))
+    tail = (1 - LEVEL) / 2
+    resampled = _geometric_mean_ratio(np.array(base_medians), np.array(row_medians))
+    low, high = np.quantile(resampled, [tail, 1 - tail], method="inverted_cdf")
+    base, row = np.concatenate([b for b, _ in pairs]), np.concatenate([r for _, r in pairs])
+    wins, losses = int((row < base).sum()), int((row > base).sum())
+    p = binomtest(wins, wins + losses).pvalue if wins + losses else 1.0
+    n = min(len(b) for b, _ in pairs)
+    medians = np.array([[np.median(b), np.median(r)] for b, r in pairs])
+    speedup = _geometric_mean_ratio(medians[:, 0], medians[:, 1])
+    return {
+        "speedup": float(speedup),
+        "low": float(low),
+        "high": float(high),
+        "wins": wins,
+        "losses": losses,
+        "ties": len(base) - wins - losses,
+        "p": float(p),
+        "n_pairs": len(base),
+        "n": n,
+        "verdict": verdict(float(low), float(high), float(p), n),
+    }
+
+
+def _geometric_mean_ratio(base: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """The geometric mean over axis 0 (the cells) of base / row, as ratio() takes a cell's: a
+    failure is one time L beyond any budget, so a cell only the baseline reached contributes 1/L, one
+    only the method reached L, and the two cancel rather than make 0 x inf = nan. Leftover powers of
+    L give inf (more cells only the method reached) or 0."""
+    base_failed, row_failed = np.isinf(base), np.isinf(row)
+    powers_of_l = base_failed.sum(axis=0) - row_failed.sum(axis=0)
+    logs = np.where(base_failed, 0.0, np.log(base)) - np.where(row_failed, 0.0, np.log(row))
+    finite = np.exp(logs.mean(axis=0))
+    return np.where(powers_of_l > 0, math.inf, np.where(powers_of_l < 0, 0.0, finite))
 
 
 def equivalence(

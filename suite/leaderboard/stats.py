@@ -119,13 +119,14 @@ def against_baseline(row: dict, base: dict | None) -> dict:
         return none | {"speedup": 1.0, "verdict": "baseline"}
     paired = row["seed_list"] == base["seed_list"]
     low, high = speedup_interval(base["times"], row["times"], paired)
+    p = permutation_p(base["times"], row["times"], paired)
     neither = math.isinf(base["time_to_target"]) and math.isinf(row["time_to_target"])
     return {
         "speedup": math.nan if neither else ratio(base["time_to_target"], row["time_to_target"]),
         "speedup_ci_low": low,
         "speedup_ci_high": high,
-        "p_value": permutation_p(base["times"], row["times"], paired),
-        "verdict": verdict(low, high, min(row["seeds"], base["seeds"])),
+        "p_value": p,
+        "verdict": verdict(low, high, p, min(row["seeds"], base["seeds"])),
     }
 
 
