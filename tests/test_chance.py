@@ -101,3 +101,26 @@ def test_chance_patience_is_on_for_a_new_run_and_off_keeps_the_ids_of_the_runs_b
     off = resolve({}, {"chance_patience": "none"})
     older = {**off, "train": {k: v for k, v in off["train"].items() if k != "chance_patience"}}
     assert spec_id(off) == spec_id(older) != spec_id(spec)
+
+
+def test_a_run_that_never_leaves_chance_stops_after_learn_patience_and_a_resume_stops_it_alike(tmp_path, capsys):
+    # lr 1e-7: nothing moves, train and val stay at chance from the first evaluation
+    still = {"lr": 1e-7, "filter.after": 10_000, "learn_patience": 60, "checkpoint_every": 20}
+    stopped = cli_run(tmp_path / "still", **still)
+    assert stopped["stop_reason"] == "never learned" and stopped["steps"] == 60 and stopped["grok_step"] is None
+    assert all(max(r["train_acc"], r["val_acc"]) <= CHANCE for r in records(tmp_path / "still"))
+    assert "NEVER LEARNED" in capsys.readouterr().err
+    learns = cli_run(tmp_path / "learns", **{"filter.after": 10_000, "learn_patience": 60})
+    assert learns["stop_reason"] != "never learned" and learns["steps"] > 60  # it left chance: it goes on
+    spec = resolve({"filter": "_ascent"}, TINY | still)
+    with pytest.raises(Preempted):
+        train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(40)]), torch.device("cpu"))
+    (resumed,) = train(as_cells([spec], [tmp_path / "cut"]), torch.device("cpu"))
+    assert resumed["steps"] == 60 and metrics_text(tmp_path / "cut") == metrics_text(tmp_path / "still")
+
+
+def test_learn_patience_is_off_by_default_and_keeps_the_ids_of_the_runs_before_it():
+    spec = resolve()
+    assert spec["train"]["learn_patience"] is None
+    older = {**spec, "train": {k: v for k, v in spec["train"].items() if k != "learn_patience"}}
+    assert spec_id(spec) == spec_id(older) != spec_id(resolve({}, {"learn_patience": 2000}))

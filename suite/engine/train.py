@@ -163,7 +163,7 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare, race: Race | No
 
 
 def stop_reason(m: Member, cfg, step: int) -> str | None:
-    """Why m stops at this evaluation ("diverged", "target held", "at chance"), or None."""
+    """Why m stops at this evaluation ("diverged", "target held", "at chance", "never learned"), or None."""
     if m.diverged:
         return "diverged"
     if (
@@ -174,6 +174,8 @@ def stop_reason(m: Member, cfg, step: int) -> str | None:
         return "target held"
     if cfg.chance_patience is not None and m.chance.since is not None and step - m.chance.since >= cfg.chance_patience:
         return "at chance"
+    if cfg.learn_patience is not None and not m.chance.left and step >= cfg.learn_patience:
+        return "never learned"
     return None
 
 

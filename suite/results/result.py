@@ -148,6 +148,11 @@ def summary(result: dict, who: str = "") -> str | None:
             else ""
         )
         + (
+            "  NEVER LEARNED: train and val acc never left chance: stopped"
+            if result.get("stop_reason") == "never learned"
+            else ""
+        )
+        + (
             "  DIVERGED: loss or parameters not finite; final values are the last finite evaluation's"
             if result.get("stop_reason") == "diverged"
             else ""

@@ -22,6 +22,8 @@ class TrainConfig:
     patience: Optional[int] = 1000  # stop once val acc has held the target this many steps (>= hold); None = never
     # stop once train and val acc have sat at chance this many steps after memorizing; None = never
     chance_patience: Optional[int] = 2000
+    # stop once train and val acc have never left chance in this many steps from the start; None = never
+    learn_patience: Optional[int] = None
     warmup_steps: int = 0  # linear warmup from lr 0 (Nanda et al. use 10)
     loss: Literal[LOSS_NAMES] = "ce"  # ce (softmax cross-entropy) or stablemax
     eval_batch: int = 8192  # examples per evaluation chunk (per member of a stack)
@@ -52,6 +54,8 @@ class TrainConfig:
             raise SuiteError("warmup_steps, hold and patience must be >= 0")
         if self.chance_patience is not None and self.chance_patience < 0:
             raise SuiteError(f"chance_patience must be >= 0 (or None), got {self.chance_patience}")
+        if self.learn_patience is not None and self.learn_patience < 0:
+            raise SuiteError(f"learn_patience must be >= 0 (or None), got {self.learn_patience}")
         if self.patience is not None and self.patience < self.hold:
             raise SuiteError(
                 f"patience ({self.patience}) is shorter than hold ({self.hold}): a run may not stop "

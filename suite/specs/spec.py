@@ -115,6 +115,7 @@ LATER_DEFAULTS = {
     ("train", "precision"): "fp32",
     ("opt", "decoupled_weight_decay"): False,
     ("train", "chance_patience"): None,  # runs before it went on at chance to their budget
+    ("train", "learn_patience"): None,  # the default: a run that never leaves chance goes on to its budget
 }
 
 
