@@ -82,7 +82,8 @@ def test_a_method_added_to_a_board_gets_its_row_and_verdict_and_the_board_is_lef
     verdicts = (tmp_path / "r" / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
     row = next(line for line in verdicts.splitlines() if line.startswith("| board | mine |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[6] == "adamw" and cells[-1] not in ("", "-")  # judged against the board's AdamW
+    assert cells[9] == "adamw" and cells[-1] not in ("", "-")  # judged against the board's AdamW
+    assert cells[6] not in ("", "-")  # its cost measured here, beside the board's rows
     assert any(line.startswith("| board | adamw |") for line in verdicts.splitlines())
     # run again: everything is done, nothing reruns, and the board is the same
     capsys.readouterr()

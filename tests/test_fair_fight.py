@@ -127,3 +127,133 @@ def test_a_verdict_says_when_there_was_no_delay_to_shorten_or_a_winner_sat_at_an
 
     base = {"delay_median": delay, "time_to_target": time}
     assert _notes(base, [{"method": "mine", "edges": []}, {"method": "adamw", "edges": edges}]) == note
+
+
+# Version 3's search: rounds that adapt around the best trial so far, recipes first, decay drawn per step
+ROUNDS = (
+    'name = "rounds"\n'
+    + PARITY_FIXED
+    + "patience = 40\n"
+    + textwrap.dedent("""
+    [tuning]
+    rounds = [
+        { search = "coarse", trials = 3 },
+        { search = "refine", trials = 2, width = 0.1 },
+        { search = "own", trials = 2, width = 0.05 },
+    ]
+    tuning_seeds = [100, 101]
+    final_seeds = FINAL
+    race = true
+    [tuning.shared]
+    lr = { log = [0.0001, 0.3] }
+    weight_decay = { per_step = [1e-6, 0.1] }
+    decoupled_weight_decay = [false, true]
+    [tuning.methods.adam]
+    opt = "adam"
+    recipes = [{ lr = 0.01, weight_decay = 0.001, decoupled_weight_decay = false }]
+    [tuning.methods.adamlr]
+    opt = "adamlr"
+    baseline = "adam"
+    space = { c = { log = [1, 30] } }
+    recipes = [{ lr = 0.01, weight_decay = 0.001, decoupled_weight_decay = false, c = 10.0 }]
+""")
+)
+
+
+def _searches(root) -> dict:
+    """(method) -> its trials' (round, settings) and the winner, from a tune's record."""
+    record = json.loads((root / "final" / "tuning.json").read_text())
+    return {
+        c["method"]: ([(t["round"], t["settings"]) for t in c["tried"]], c["chosen"], c["settings"])
+        for c in record["chosen"]
+    }
+
+
+def test_rounds_search_around_the_best_so_far_and_an_interrupted_search_draws_the_same_trials(tmp_path, monkeypatch):
+    import math
+
+    from suite.launch import submit
+
+    (tmp_path / "g.toml").write_text(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4]"))
+    whole = tmp_path / "whole"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(whole), "--workers", "2"]) == 0
+    searches = _searches(whole)
+    shared = {"lr": ("log", 1e-4, 0.3), "weight_decay": ("per_step", 1e-6, 0.1)}
+    for method, (trials, _, _) in searches.items():
+        assert [r for r, _ in trials] == [0, 0, 0, 1, 1, 2, 2]
+        assert trials[0][1] == _tuning(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4]")).methods[0].recipes[0] | (
+            {"c": 10.0} if method == "adamlr" else {}
+        )  # the recipe is the first trial
+        record = json.loads((whole / "final" / "tuning.json").read_text())
+        tried = next(c for c in record["chosen"] if c["method"] == method)["tried"]
+        first = min(tried[:3], key=lambda t: (t["median_time"] or math.inf, -t["median_best_val"], t["point"]))
+        for _, point in trials[3:5]:  # refine: within 0.1 of each shared scale around round 1's best
+            assert point["decoupled_weight_decay"] == first["settings"]["decoupled_weight_decay"]
+            for key, (_, lo, hi) in shared.items():
+                scale = math.log(hi / lo)
+                value = point[key] * (point["lr"] if key == "weight_decay" else 1)
+                centre = first["settings"][key] * (first["settings"]["lr"] if key == "weight_decay" else 1)
+                assert abs(math.log(value / centre)) <= 0.1 * scale + 1e-3
+        best = min(tried[:5], key=lambda t: (t["median_time"] or math.inf, -t["median_best_val"], t["point"]))
+        if method == "adamlr":  # own: c over its space, the shared settings the best's
+            base = {k: v for k, v in best["settings"].items() if k != "c"}
+            assert all({k: v for k, v in p.items() if k != "c"} == base for _, p in trials[5:])
+            assert trials[5][1]["c"] != trials[6][1]["c"]
+    # interrupted after the first round: the next call draws the same later rounds, picks the same winners
+    calls = []
+    real = submit.run_grid
+
+    def first_round_only(args, grid, root):
+        calls.append(grid.name)
+        return real(args, grid, root) if len(calls) == 1 else 0
+
+    monkeypatch.setattr(submit, "run_grid", first_round_only)
+    part = tmp_path / "part"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(part), "--workers", "2"]) == 0
+    assert not (part / "final" / "tuning.json").exists()  # stopped before the second round
+    monkeypatch.setattr(submit, "run_grid", real)
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(part), "--workers", "2"]) == 0
+    assert _searches(part) == searches
+
+
+def test_a_recipe_must_give_every_searched_setting_inside_its_space():
+    text = ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4]")
+    with pytest.raises(SuiteError, match="missing c"):
+        _tuning(text.replace(", c = 10.0 }", " }"))
+    with pytest.raises(SuiteError, match="its recipe's weight_decay = 100.0 lies outside its space"):
+        _tuning(text.replace("lr = 0.01, weight_decay = 0.001,", "lr = 0.01, weight_decay = 100.0,", 1))
+    with pytest.raises(SuiteError, match="the first round, and only the first, is coarse"):
+        _tuning(text.replace('search = "refine"', 'search = "coarse"'))
+
+
+def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(tmp_path):
+    # six final seeds (five cannot carry a verdict: p >= 0.0625); the untuned "recipe" is the tuned adam
+    # runs made twice as fast, in a root of their own
+    import shutil
+
+    (tmp_path / "g.toml").write_text(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4, 5]"))
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
+    record = json.loads((root / "final" / "tuning.json").read_text())
+    adam = next(c for c in record["chosen"] if c["method"] == "adam")
+    recipe = tmp_path / "untuned"
+    for result in (root / "final").rglob("result.json"):
+        if json.loads(result.read_text())["run_id"] in adam["final_runs"]:
+            copy = recipe / result.parent.name
+            shutil.copytree(result.parent, copy)
+            lines = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+            faster = "".join(json.dumps(r | {"step": r["step"] // 2}) + "\n" for r in lines)  # every step halved
+            (copy / "metrics.jsonl").write_text(faster)
+    generate(root / "final", tmp_path / "board", untuned=(recipe,))
+    page = (tmp_path / "board" / "tuning.md").read_text()
+    assert "### Recipe check" in page
+    verdicts = page.split("## Verdicts on the final seeds")[1].split("###")[0]
+    adamlr = next(line for line in verdicts.splitlines() if line.startswith("| rounds | adamlr |"))
+    assert "no verdict: tuning failed: adam " in adamlr and "faster than tuned adam" in adamlr
+    assert "--untuned" in (tmp_path / "board" / "index.md").read_text()
+    generate(root / "final", tmp_path / "plain")  # no untuned roots: no check, a verdict word
+    plain = (tmp_path / "plain" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
+    row = next(line for line in plain.splitlines() if line.startswith("| rounds | adamlr |"))
+    assert "tuning failed" not in row and row.rstrip(" |").split("; ")[0].split("| ")[-1].startswith(
+        ("faster", "slower", "not resolved")
+    )

@@ -148,8 +148,8 @@ def test_a_method_whose_search_found_no_working_point_gets_no_verdict(tmp_path):
     }
     assert rows["adam"][3] == "0/5"
     cells = rows["sgd"]
-    assert cells[3] == "0/5" and cells[5] == "-" and cells[6] == "adam" and cells[7] == "-"  # delay: none grokked
-    assert cells[9] == "no verdict: both winners reached the target on no tuning seed"
+    assert cells[3] == "0/5" and cells[5] == "-" and cells[9] == "adam" and cells[10] == "-"  # delay: none grokked
+    assert cells[13] == "no verdict: both winners reached the target on no tuning seed"
     chosen = (tmp_path / "board" / "tuning.md").read_text().split("## Chosen")[1]
     assert chosen.count("inf (tie-break)") == 2
 
@@ -171,11 +171,14 @@ def test_the_profile_by_method_keeps_a_method_one_row_when_it_chose_different_po
         ("add", "adamlr"): row("op=add", "adamlr lr=0.003 c=4", 1000.0),
         ("mul", "adamw"): row("op=mul", "adamw lr=0.01", 600.0),
         ("mul", "adamlr"): row("op=mul", "adamlr lr=0.002 c=10", 300.0),
+        ("sub", "adamw"): row("op=sub", "adamw lr=0.01", 600.0),  # adamlr has no final runs in sub
     }
-    table = [line.split("|")[1:-1] for line in tuning.profile_by_method(rows)[2].splitlines()[2:]]
+    record = {"methods": {"adamw": {}, "adamlr": {}}}
+    table = [line.split("|")[1:-1] for line in tuning.profile_by_method(rows, record)[2].splitlines()[2:]]
     by_method = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in table}
     assert set(by_method) == {"adamw", "adamlr"}
-    assert by_method["adamw"][:2] == ["2", "1"] and by_method["adamlr"][:2] == ["2", "1"]
+    # every cell counts for every method: a missing one as a failure, never left out of its share
+    assert by_method["adamw"][:2] == ["3", "2"] and by_method["adamlr"][:3] == ["3", "1", "0.33"]
 
 
 # --- issue 51: a cell's identity, tuning.json's format, damaged files -------------------------------

@@ -69,16 +69,18 @@ def measure_all(
     warmup: int = 20,
     device: str = "cpu",
     progress: Callable[[str], object] | None = None,
+    replace_other: bool = False,
 ) -> dict:
     """measure() each spec into the JSON file at path, written (atomically) after each, beside the
     machine they were measured on. A name the file already holds for the same spec is not measured
     again, so an interrupted call resumes; a file measured on another machine or with other steps
-    is refused rather than mixed with. Returns what the file holds."""
+    is refused rather than mixed with (replace_other: measured again, every row, here). Returns what
+    the file holds."""
     for spec in specs.values():  # before the file is written
         _check(spec, steps, warmup)
     how = {"machine": machine(resolve_device(device)), "steps": steps, "warmup": warmup, "repeats": REPEATS}
     path = Path(path)
-    report = _resumed(path, how)
+    report = _resumed(path, how, replace_other)
     ids = {name: spec_id(spec) for name, spec in specs.items()}
     todo = [name for name in specs if report["specs"].get(name, {}).get("spec_id") != ids[name]]
     for i, name in enumerate(todo, 1):
@@ -194,9 +196,9 @@ def _flushing_denormals() -> bool:
     return torch.tensor([1e-30]).mul(1e-10).item() == 0.0
 
 
-def _resumed(path: Path, how: dict) -> dict:
+def _resumed(path: Path, how: dict, replace_other: bool) -> dict:
     """The file's measurements, if it holds some taken as these would be; a fresh report otherwise."""
-    if not path.exists():
+    if not path.exists() or (replace_other and _measured_otherwise(path, how)):
         report = {**how, "specs": {}}
         _write(path, report)  # an unwritable path fails here, before anything is measured
         return report
@@ -210,6 +212,11 @@ def _resumed(path: Path, how: dict) -> dict:
             "apart would not compare; measure into another file or delete it"
         )
     return report
+
+
+def _measured_otherwise(path: Path, how: dict) -> bool:
+    report = read_json(path)
+    return isinstance(report, dict) and any(report.get(key) != value for key, value in how.items())
 
 
 def _write(path: Path, report: dict) -> None:

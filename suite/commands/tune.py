@@ -56,9 +56,31 @@ def run(args) -> int:
     g = whole.only(args.experiment)
     record_of(root / "final")  # a damaged tuning.json stops the command here, before anything runs
     cells = {cell_name(c): c.spec for c in g.cells}
-    return _phases(
+    code, final = _phases(
         args, g, tuning, root, lambda chosen: write_record(root / "final" / "tuning.json", g, tuning, chosen, cells)
-    )[0]
+    )
+    if not code and _done(args, final):
+        _cost(args, tuning, root / "final")
+    return code
+
+
+def _done(args, final) -> bool:
+    from suite.results.rundir import RunDir
+
+    return not args.dry_run and final is not None and all(RunDir(c.run_dir).finished for c in final.cells)
+
+
+def _cost(args, tuning, final: Path) -> None:
+    """The last phase: each chosen setting's ms per step and decay per step, measured alike on this
+    machine into final/cost.json (suite/bench/cost.py; resumes where it stopped)."""
+    from suite.bench.cost import measure_all
+    from suite.launch.tuning import cost_specs
+    from suite.results.tuning_record import record_of
+
+    specs = cost_specs(tuning, record_of(final), str(final / "tuning.json"))
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    device = getattr(args, "device", None) or "cpu"
+    measure_all(specs, final / "cost.json", device=device, progress=progress, replace_other=True)
 
 
 def _add(args, root: Path) -> int:
@@ -66,7 +88,6 @@ def _add(args, root: Path) -> int:
     the board with both written once every final run is done."""
     from suite.launch import adding
     from suite.launch.tuning import check_cells
-    from suite.results.rundir import RunDir
     from suite.results.tuning_record import write_record
 
     adding.check_root(root, args.against)
@@ -84,9 +105,10 @@ def _add(args, root: Path) -> int:
     code, final = _phases(args, g, tuning, root, write)
     if code or args.dry_run or final is None:
         return code
-    if not all(RunDir(c.run_dir).finished for c in final.cells):
+    if not _done(args, final):
         print("the board is written once every final run is done: run this command again then", file=sys.stderr)
         return 0
+    _cost(args, board, root / "final")  # the board's rows and yours, measured alike on this machine
     from suite.leaderboard import generate
 
     written = generate(root / "final", root / "board")
@@ -102,14 +124,26 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
     from suite.launch.submit import run_grid
     from suite.launch.tuning import choose, final_cells, tuning_cells
 
-    first = grid.Grid(f"{g.name}-tuning", g.path, tuning_cells(g, tuning, root / "tuning"), g.slurm)
-    grid.check_builds(first.cells)
-    code = run_grid(args, first, root / "tuning")
-    if code:
-        return code, None
+    known = None
+    while True:  # a round's points are known once the rounds before it are done: run until none is new
+        cells = tuning_cells(g, tuning, root / "tuning")
+        if {c.id for c in cells} == known:
+            break
+        first = grid.Grid(f"{g.name}-tuning", g.path, cells, g.slurm)
+        grid.check_builds(first.cells)
+        code = run_grid(args, first, root / "tuning")
+        if code:
+            return code, None
+        if args.dry_run:  # later rounds are drawn from runs a dry run does not make
+            break
+        known = {c.id for c in cells}
     chosen = choose(g, tuning, root / "tuning")
     if chosen is None:
-        print("the final runs are chosen once every tuning run is done: run this command again then", file=sys.stderr)
+        print(
+            "the next round and the final runs are drawn once every tuning run before them is done: "
+            "run this command again then",
+            file=sys.stderr,
+        )
         return 0, None
     final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen, root / "final"), g.slurm)
     if not args.dry_run:

@@ -65,9 +65,18 @@ def protocol(record: dict, method_file: str | Path, earlier: dict) -> Tuning:
     if taken := sorted(set(methods) & set(record["methods"])):
         raise SuiteError(f"{path}: '{taken[0]}' is already a method of the board: give yours another name")
     recorded = record["methods"] | earlier
-    board = {name: {**m["fixed"], "space": m["space"], **_baseline(m)} for name, m in recorded.items()}
+    board = {
+        name: {
+            **m["fixed"],
+            "space": m["space"],
+            **_baseline(m),
+            **({"recipes": m["recipes"]} if "recipes" in m else {}),
+        }
+        for name, m in recorded.items()
+    }
     raw = {
-        "trials": record["trials"],
+        **({"rounds": record["rounds"]} if "rounds" in record else {"trials": record["trials"]}),
+        **({"version": record["version"]} if "version" in record else {}),
         "tuning_seeds": record["tuning_seeds"],
         "final_seeds": record["final_seeds"],
         "race": record.get("race", False),

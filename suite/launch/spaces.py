@@ -15,16 +15,32 @@ from suite.errors import SuiteError
 from suite.launch.grid import KINDS
 
 MIN_FINAL_SEEDS = 5  # the fewest seeds a verdict rests on (leaderboards/README.md, How verdicts are judged)
-TUNING_KEYS = ("trials", "tuning_seeds", "final_seeds", "methods", "shared", "race")
+TUNING_KEYS = ("trials", "rounds", "tuning_seeds", "final_seeds", "methods", "shared", "race", "version")
+ROUND_KEYS = ("search", "trials", "width")
+SEARCHES = ("coarse", "refine", "own")
 EDGE = 0.10  # a chosen setting this close to a bound of its space (a fraction of its scale) is flagged
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of a search. coarse: the method's recipes, then quasi-random points of its whole
+    space; refine: points in a box around the best trial so far, `width` of each shared setting's
+    scale on either side, the method's own settings at the best's; own: the method's own settings
+    over their whole space at the best's shared settings (a method with none refines its shared
+    settings within `width` instead, so that every method gets the same number of trials)."""
+
+    search: str
+    trials: int
+    width: float | None = None
 
 
 @dataclass
 class Method:
     name: str
     fixed: dict  # component names and settings every point of the method has
-    space: dict  # setting -> list, ("log", lo, hi) or ("range", lo, hi)
+    space: dict  # setting -> list, ("log", lo, hi), ("range", lo, hi) or ("per_step", lo, hi)
     baseline: str | None = None  # the method its verdict is against (leaderboard's tuning.md)
+    recipes: list[dict] = field(default_factory=list)  # its published settings: the first trials it runs
 
     def points(self, n: int) -> list[dict]:
         """n points of the space, the same on every machine and call (seeded by the method's name). A
@@ -51,22 +67,50 @@ class Method:
 
 @dataclass
 class Tuning:
-    trials: int
+    rounds: list[Round]
     tuning_seeds: list[int]
     final_seeds: list[int]
     methods: list[Method] = field(default_factory=list)
     shared: dict = field(default_factory=dict)  # setting -> space, drawn as common points for every method
     grid: str = ""  # the grid's name: what the common points are seeded by
     race: bool = False  # stop a trial that can no longer win (suite/engine/race.py)
+    version: int | None = None  # the grid's own protocol number, as its file declares it
 
-    def points(self, method: Method) -> list[dict]:
-        """The method's `trials` points. Without shared spaces, the method's own draw; with them,
-        the common points' shared values (but those the method fixes) and its own settings."""
+    @property
+    def trials(self) -> int:
+        """Every method's trial budget per cell: the rounds' trials together."""
+        return sum(r.trials for r in self.rounds)
+
+    def first(self, r: int) -> int:
+        """The index of round r's first trial (trials are numbered across the rounds)."""
+        return sum(x.trials for x in self.rounds[:r])
+
+    def points(self, method: Method, r: int = 0, best: dict | None = None) -> list[dict]:
+        """Round r's points of the method; a round after the first needs `best`, the settings of the
+        best trial of the rounds before it."""
+        rnd = self.rounds[r]
+        if rnd.search == "coarse":
+            return self._coarse(method, rnd.trials)
+        if best is None:
+            raise ValueError(f"round {r} ({rnd.search}) is drawn around the best trial so far")
+        if rnd.search == "own" and method.space:
+            own = _sobol(method.space, rnd.trials, f"{self.grid}/{method.name}/round{r}")
+            return [best | o for o in own]
+        shared = {k: v for k, v in self.space_of(method).items() if k not in method.space}
+        return [best | p for p in _around(shared, best, rnd.width, rnd.trials, f"{self.grid}/round{r}")]
+
+    def _coarse(self, method: Method, n: int) -> list[dict]:
+        """The method's recipes, then quasi-random points. Without shared spaces, the method's own
+        draw; with them, the common points' shared values (but those the method fixes) and its own
+        settings: its first recipe's, or a draw of their own where it declares no recipe."""
+        recipes = method.recipes[:n]
+        n -= len(recipes)
         if not self.shared:
-            return method.points(self.trials)
-        common = _sobol(self.shared, self.trials, self.grid)
-        own = _sobol(method.space, self.trials, f"{self.grid}/{method.name}")
-        return [{k: v for k, v in c.items() if k not in method.fixed} | o for c, o in zip(common, own)]
+            return recipes + method.points(n)
+        common = _sobol(self.shared, n, self.grid)
+        own = [{k: method.recipes[0][k] for k in method.space}] * n if method.recipes else None
+        own = own or _sobol(method.space, n, f"{self.grid}/{method.name}")
+        return recipes + [{k: v for k, v in c.items() if k not in method.fixed} | o for c, o in zip(common, own)]
 
     def space_of(self, method: Method) -> dict:
         """Every setting the method searches, and its space."""
@@ -78,11 +122,10 @@ class Tuning:
         for key, space in self.space_of(method).items():
             if isinstance(space, list) or key not in point:
                 continue
-            kind, lo, hi = space
-            scale = math.log if kind == "log" else float
-            where = (scale(point[key]) - scale(lo)) / (scale(hi) - scale(lo))
+            where = _unit(space, point, key)
             if where < EDGE or where > 1 - EDGE:
-                out.append(f"{key} at {where:.2f} of its {'log ' if kind == 'log' else ''}range")
+                scale = {"log": "log range", "range": "range", "per_step": "log range of lr x " + key}[space[0]]
+                out.append(f"{key} at {where:.2f} of its {scale}")
         return out
 
 
@@ -92,9 +135,7 @@ def parse(raw: dict, where: str, grid: str = "") -> Tuning:
     for key in raw:
         if key not in TUNING_KEYS:
             raise SuiteError(f"{where}: unknown key '{key}'; known: {', '.join(TUNING_KEYS)}")
-    trials = raw.get("trials")
-    if not isinstance(trials, int) or isinstance(trials, bool) or not 1 <= trials <= 1000:
-        raise SuiteError(f"{where}: trials must be an integer in [1, 1000], got {trials!r}")
+    rounds = _rounds(raw, where)
     seeds = {key: raw.get(key) for key in ("tuning_seeds", "final_seeds")}
     for key, value in seeds.items():
         if not (isinstance(value, list) and value and all(natural(s) for s in value)):
@@ -112,15 +153,21 @@ def parse(raw: dict, where: str, grid: str = "") -> Tuning:
     if not isinstance(shared, dict):
         raise SuiteError(f"{where}: shared must be a table of spaces, [tuning.shared]")
     shared = {key: _space(value, f"{where} shared.{key}") for key, value in shared.items()}
+    _check_per_step(shared, f"{where} shared")
     race = raw.get("race", False)
     if not isinstance(race, bool):
         raise SuiteError(f"{where}: race must be true or false, got {race!r}")
-    out = Tuning(trials, seeds["tuning_seeds"], seeds["final_seeds"], shared=shared, grid=grid, race=race)
+    version = raw.get("version")
+    if version is not None and not (natural(version) and version > 0):
+        raise SuiteError(f"{where}: version must be a positive integer, got {version!r}")
+    out = Tuning(
+        rounds, seeds["tuning_seeds"], seeds["final_seeds"], shared=shared, grid=grid, race=race, version=version
+    )
     for name, body in methods.items():
         if not isinstance(body, dict):
             raise SuiteError(f"{where}: method '{name}' must be a table")
         body = dict(body)
-        space, baseline = body.pop("space", {}), body.pop("baseline", None)
+        space, baseline, recipes = body.pop("space", {}), body.pop("baseline", None), body.pop("recipes", [])
         for key, value in body.items():  # what grid files refuse in [fixed], refused here too
             if key in KINDS and not isinstance(value, str):
                 raise SuiteError(f"{where}: method '{name}': {key} takes a component name, got {value!r}")
@@ -136,30 +183,141 @@ def parse(raw: dict, where: str, grid: str = "") -> Tuning:
                 f"{where}: method '{name}' searches '{both[0]}' in a space of its own, but it is shared: "
                 "a method shares the baseline's range of a shared setting (or fixes it, if its definition does)"
             )
-        out.methods.append(Method(name, body, space, baseline))
+        _check_per_step(space, f"{where} {name}.space")
+        method = Method(name, body, space, baseline)
+        method.recipes = _recipes(recipes, out.space_of(method), f"{where} method '{name}'")
+        if len(method.recipes) > rounds[0].trials:
+            raise SuiteError(
+                f"{where}: method '{name}' has {len(method.recipes)} recipes, more than the first round's "
+                f"{rounds[0].trials} trials: every recipe is one of its trials"
+            )
+        out.methods.append(method)
     return out
 
 
+def _rounds(raw: dict, where: str) -> list[Round]:
+    """`rounds = [{ search = ..., trials = N, width = w }, ...]`, or `trials = N`: one coarse round."""
+    if ("trials" in raw) == ("rounds" in raw):
+        raise SuiteError(f"{where}: give trials = N (one round) or rounds = [...], one of the two")
+    if "trials" in raw:
+        return [Round("coarse", _trials(raw["trials"], where))]
+    rounds = raw["rounds"]
+    if not isinstance(rounds, list) or not rounds or not all(isinstance(r, dict) for r in rounds):
+        raise SuiteError(f"{where}: rounds must be a list of tables {{ search, trials, width }}, got {rounds!r}")
+    out = []
+    for i, r in enumerate(rounds):
+        at = f"{where} round {i + 1}"
+        if unknown := sorted(set(r) - set(ROUND_KEYS)):
+            raise SuiteError(f"{at}: unknown key '{unknown[0]}'; known: {', '.join(ROUND_KEYS)}")
+        search, width = r.get("search"), r.get("width")
+        if search not in SEARCHES:
+            raise SuiteError(f"{at}: search must be one of {', '.join(SEARCHES)}, got {search!r}")
+        if (search == "coarse") != (i == 0):
+            raise SuiteError(f"{at}: the first round, and only the first, is coarse (later ones search around it)")
+        if search == "coarse" and width is not None:
+            raise SuiteError(f"{at}: a coarse round covers the whole space and takes no width")
+        if search != "coarse" and not (
+            isinstance(width, int | float) and not isinstance(width, bool) and 0 < width <= 1
+        ):
+            raise SuiteError(f"{at}: width (of each setting's scale, either side of the best) must lie in (0, 1]")
+        out.append(Round(search, _trials(r.get("trials"), at), None if width is None else float(width)))
+    return out
+
+
+def _trials(value, where: str) -> int:
+    if not natural(value) or not 1 <= value <= 1000:
+        raise SuiteError(f"{where}: trials must be an integer in [1, 1000], got {value!r}")
+    return value
+
+
+def _recipes(recipes, space: dict, where: str) -> list[dict]:
+    """A method's published settings: each gives every setting it searches, a value inside its space."""
+    if not isinstance(recipes, list) or not all(isinstance(r, dict) for r in recipes):
+        raise SuiteError(f"{where}: recipes must be a list of tables of settings, got {recipes!r}")
+    for recipe in recipes:
+        if set(recipe) != set(space):
+            missing, extra = sorted(set(space) - set(recipe)), sorted(set(recipe) - set(space))
+            raise SuiteError(
+                f"{where}: a recipe gives every setting the method searches and nothing else"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; not searched: {', '.join(extra)}" if extra else "")
+            )
+        for key, value in recipe.items():
+            inside = (
+                value in space[key]
+                if isinstance(space[key], list)
+                else isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and 0 <= _unit(space[key], recipe, key) <= 1
+            )
+            if not inside:
+                raise SuiteError(f"{where}: its recipe's {key} = {value!r} lies outside its space")
+    return [dict(r) for r in recipes]
+
+
+def _check_per_step(space: dict, where: str) -> None:
+    for key, value in space.items():
+        if isinstance(value, tuple) and value[0] == "per_step" and (key == "lr" or "lr" not in space):
+            raise SuiteError(
+                f"{where}.{key}: a per_step space is drawn as lr x {key}, so lr must be searched beside it"
+            )
+
+
+def _unit(space: tuple, point: dict, key: str) -> float:
+    """Where a point's value of key lies in its continuous space, on the space's scale: 0 at lo, 1 at hi.
+    A per_step setting lies where lr x its value does."""
+    kind, lo, hi = space
+    value = point[key] * point["lr"] if kind == "per_step" else point[key]
+    if kind == "range":
+        return (value - lo) / (hi - lo)
+    return (math.log(value) - math.log(lo)) / (math.log(hi) - math.log(lo)) if value > 0 else -math.inf
+
+
+def _from_unit(space: dict, units: dict) -> dict:
+    """Settings from unit coordinates (lr before the settings drawn per step of it), 4 significant
+    digits kept (readable in tuning.md and spec.json)."""
+    point = {}
+    for key in sorted(units, key=lambda k: space[k][0] == "per_step"):
+        kind, lo, hi = space[key]
+        value = lo + (hi - lo) * units[key] if kind == "range" else lo * (hi / lo) ** units[key]
+        point[key] = float(f"{value / point['lr'] if kind == 'per_step' else value:.4g}")
+    return {key: point[key] for key in units}
+
+
 def _sobol(space: dict, n: int, name: str) -> list[dict]:
-    """n points of a space from a scrambled Sobol sequence seeded by name: the same on every machine.
-    Continuous values keep 4 significant digits (readable in tuning.md and spec.json)."""
-    if not space:
+    """n points of a space from a scrambled Sobol sequence seeded by name: the same on every machine."""
+    if not space or n == 0:
         return [{} for _ in range(n)]
+    points = []
+    for row in _draw(len(space), n, name):
+        point = {
+            key: values[min(int(u * len(values)), len(values) - 1)]
+            for (key, values), u in zip(space.items(), row)
+            if isinstance(values, list)
+        }
+        units = {key: u for (key, values), u in zip(space.items(), row) if not isinstance(values, list)}
+        points.append({key: (point | _from_unit(space, units))[key] for key in space})
+    return points
+
+
+def _around(space: dict, best: dict, width: float, n: int, name: str) -> list[dict]:
+    """n points of the continuous settings of space, each within width of best's on its scale (clipped
+    to the space), at the same quasi-random offsets for every method (seeded by name)."""
+    keys = [k for k, v in space.items() if not isinstance(v, list) and k in best]
+    if not keys:
+        return [{} for _ in range(n)]
+    centre = {k: _unit(space[k], best, k) for k in keys}
+    return [
+        _from_unit(space, {k: min(max(centre[k] + (2 * u - 1) * width, 0.0), 1.0) for k, u in zip(keys, row)})
+        for row in _draw(len(keys), n, name)
+    ]
+
+
+def _draw(dims: int, n: int, name: str) -> list[list[float]]:
     import torch
 
     seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
-    draws = torch.quasirandom.SobolEngine(len(space), scramble=True, seed=seed).draw(n, dtype=torch.float64)
-    points = []
-    for row in draws.tolist():
-        point = {}
-        for (key, values), u in zip(space.items(), row):
-            if isinstance(values, list):
-                point[key] = values[min(int(u * len(values)), len(values) - 1)]
-            else:
-                kind, lo, hi = values
-                point[key] = float(f"{(lo * (hi / lo) ** u if kind == 'log' else lo + (hi - lo) * u):.4g}")
-        points.append(point)
-    return points
+    return torch.quasirandom.SobolEngine(dims, scramble=True, seed=seed).draw(n, dtype=torch.float64).tolist()
 
 
 def natural(value) -> bool:
@@ -170,17 +328,17 @@ def natural(value) -> bool:
 def _space(value, where: str):
     if isinstance(value, list) and value:
         return value
-    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("log", "range"):
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("log", "range", "per_step"):
         ((kind, bounds),) = value.items()
         if (
             isinstance(bounds, list)
             and len(bounds) == 2
-            and all(isinstance(b, int | float) for b in bounds)
+            and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds)
             and bounds[0] < bounds[1]
             and (kind == "range" or bounds[0] > 0)
         ):
             return (kind, float(bounds[0]), float(bounds[1]))
     raise SuiteError(
-        f"{where}: a space is a non-empty list, {{ log = [lo, hi] }} (0 < lo < hi) or "
-        f"{{ range = [lo, hi] }} (lo < hi), got {value!r}"
+        f"{where}: a space is a non-empty list, {{ log = [lo, hi] }} (0 < lo < hi), {{ range = [lo, hi] }} "
+        f"(lo < hi) or {{ per_step = [lo, hi] }} (lr x the setting, log-uniform), got {value!r}"
     )

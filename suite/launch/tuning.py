@@ -44,6 +44,7 @@ table and draws its points; suite/results/tuning_record.py reads and writes tuni
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -123,54 +124,68 @@ def _flat(spec: dict) -> dict:
     return {f"{kind}.{k}": v for kind, part in spec.items() if isinstance(part, dict) for k, v in part.items()}
 
 
+@dataclass
+class Trial:
+    """One point of a method's search in one cell, run on every tuning seed."""
+
+    round: int
+    point: int  # its number among the method's trials in the cell, across the rounds
+    settings: dict
+    specs: list[dict]  # one per tuning seed
+    dirs: list[Path]
+
+
+def search(grid: Grid, tuning: Tuning, root: Path, cell: Cell, method: Method) -> tuple[list[Trial], list[dict]]:
+    """The method's trials in the cell as far as they are known, and the scores of those finished
+    (trial() of each, in order). A round after the first is drawn around the best trial of the rounds
+    before it, so its points are known once those have all finished: a pure function of their runs."""
+    where, trials, scores = str(grid.path), [], []
+    for r in range(len(tuning.rounds)):
+        best = None
+        if r:
+            scores = [score(t, tuning.race) for t in trials]
+            if any(s is None for s in scores):
+                return trials, [s for s in scores if s is not None]
+            best = best_of(scores)["settings"]
+        for k, point in enumerate(tuning.points(method, r, best), tuning.first(r)):
+            specs = [spec_for(cell.spec, method, point, seed, where) for seed in tuning.tuning_seeds]
+            trials.append(Trial(r, k, point, specs, [default_run_dir(spec, root) for spec in specs]))
+    scores = [score(t, tuning.race) for t in trials]
+    return trials, [s for s in scores if s is not None]
+
+
+def best_of(scores: list[dict]) -> dict:
+    """The winning trial: the smallest median held time on the tuning seeds, ties to the higher median
+    best val accuracy, then the earlier trial."""
+    return min(scores, key=lambda t: (t["median_time"], -t["median_best_val"], t["point"]))
+
+
 def tuning_cells(grid: Grid, tuning: Tuning, root: Path) -> list[Cell]:
-    """Every cell x method x point x tuning seed, its run folder under root; with `race`, each knows
-    its trial's run folders and its rivals' (suite/engine/race.py)."""
-    where, cells = str(grid.path), {}
+    """Every cell x method x known trial x tuning seed, its run folder under root; with `race`, each
+    knows its trial's run folders and its rivals' (every other known trial of its search, earlier
+    rounds' included: suite/engine/race.py)."""
+    cells = {}
     for cell in grid.cells:
         for method in tuning.methods:
-            trials = [
-                [spec_for(cell.spec, method, point, seed, where) for seed in tuning.tuning_seeds]
-                for point in tuning.points(method)
-            ]
-            dirs = [[str(default_run_dir(spec, root).resolve()) for spec in specs] for specs in trials]
-            for k, specs in enumerate(trials):
-                race = {"trial": dirs[k], "rivals": dirs[:k] + dirs[k + 1 :]} if tuning.race else None
-                for spec in specs:
-                    label, experiment = _label(cell, method, k, spec["seed"]), f"tuning/{method.name}"
-                    run_dir = default_run_dir(spec, root)
+            trials, _ = search(grid, tuning, root, cell, method)
+            dirs = [[str(d.resolve()) for d in t.dirs] for t in trials]
+            for i, t in enumerate(trials):
+                race = {"trial": dirs[i], "rivals": dirs[:i] + dirs[i + 1 :]} if tuning.race else None
+                for spec, run_dir in zip(t.specs, t.dirs):
+                    label, experiment = _label(cell, method, t.point, spec["seed"]), f"tuning/{method.name}"
                     cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-tuning", experiment, race))
     return list(cells.values())
 
 
 def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
-    """Per cell and method, every point's scores and the point chosen; None while a tuning run is missing."""
+    """Per cell and method, every trial's scores and the one chosen; None while a search is unfinished."""
     chosen = []
     for cell in grid.cells:
         for method in tuning.methods:
-            tried = []
-            for k, point in enumerate(tuning.points(method)):
-                specs = [spec_for(cell.spec, method, point, seed, str(grid.path)) for seed in tuning.tuning_seeds]
-                dirs = [RunDir(default_run_dir(spec, root)) for spec in specs]
-                if not all(d.finished for d in dirs):
-                    return None
-                reached = [_reached(d, spec) for d, spec in zip(dirs, specs)]
-                times = [math.inf if m.grok_step is None else float(m.grok_step) for m in reached]
-                best_val = [m.best_val_acc or 0.0 for m in reached]
-                trial = {
-                    "point": k,
-                    "settings": point,
-                    "times": times,
-                    "median_time": float(np.median(times)),
-                    "median_best_val": float(np.median(best_val)),
-                }
-                if tuning.race:  # what the race stopped, and the steps each run took of its budget
-                    results = [read_json(d / "result.json") for d in dirs]
-                    trial["raced"] = [r.get("stop_reason") == "raced" for r in results]
-                    trial["steps"] = [r["steps"] for r in results]
-                    trial["budget"] = [spec["train"]["steps"] for spec in specs]
-                tried.append(trial)
-            winner = min(tried, key=lambda t: (t["median_time"], -t["median_best_val"], t["point"]))
+            trials, tried = search(grid, tuning, root, cell, method)
+            if len(tried) < tuning.trials:
+                return None
+            winner = best_of(tried)
             entry = {
                 "cell": cell_name(cell),
                 "method": method.name,
@@ -182,6 +197,32 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
                 entry["edges"] = tuning.edges(method, winner["settings"])
             chosen.append(entry)
     return chosen
+
+
+def score(trial: Trial, race: bool) -> dict | None:
+    """A finished trial's scores over its tuning seeds (None while a run is unfinished): each seed's
+    held time to target, their median, the median best val; where it was raced, how far each run got
+    (its last step and val accuracy) of its budget."""
+    dirs = [RunDir(d) for d in trial.dirs]
+    if not all(d.finished for d in dirs):
+        return None
+    reached = [_reached(d, spec) for d, spec in zip(dirs, trial.specs)]
+    times = [math.inf if m.grok_step is None else float(m.grok_step) for m in reached]
+    out = {
+        "round": trial.round,
+        "point": trial.point,
+        "settings": trial.settings,
+        "times": times,
+        "median_time": float(np.median(times)),
+        "median_best_val": float(np.median([m.best_val_acc or 0.0 for m in reached])),
+    }
+    if race:  # what the race stopped, and the steps each run took
+        results = [read_json(d / "result.json") for d in dirs]
+        out["raced"] = [r.get("stop_reason") == "raced" for r in results]
+        out["steps"] = [r["steps"] for r in results]
+        out["budget"] = [spec["train"]["steps"] for spec in trial.specs]
+        out["last_val"] = [d.read_metrics()[-1]["val_acc"] for d in dirs]
+    return out
 
 
 def _reached(run_dir: RunDir, spec: dict) -> Milestones:
@@ -228,6 +269,19 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> l
                 run_dir = default_run_dir(spec, root)
                 cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-final", method.name))
     return list(cells.values())
+
+
+def cost_specs(tuning: Tuning, record: dict, where: str) -> dict[str, dict]:
+    """Each chosen setting of the record ("cell/method") as the spec its first final run trains: what
+    the cost phase measures (suite/bench/cost.py)."""
+    methods = {m.name: m for m in tuning.methods}
+    return {
+        f"{c['cell']}/{c['method']}": spec_for(
+            record["cells"][c["cell"]], methods[c["method"]], c["settings"], tuning.final_seeds[0], where
+        )
+        for c in record["chosen"]
+        if c["method"] in methods and c["cell"] in record.get("cells", {})
+    }
 
 
 def cell_name(cell: Cell) -> str:

@@ -80,9 +80,12 @@ def default_out(root: str | Path) -> Path:
     return Path(root) / "leaderboard"  # beside the runs it describes, never a committed directory
 
 
-def generate(root: str | Path = "runs", out: str | Path | None = None, tau_max: float | None = None) -> list[str]:
+def generate(
+    root: str | Path = "runs", out: str | Path | None = None, tau_max: float | None = None, untuned: tuple = ()
+) -> list[str]:
     """Write every table and plot for the runs under root into out (default: default_out(root));
-    returns the files written."""
+    returns the files written. untuned: roots of untuned runs that a tuned board's rows are checked
+    against (suite/leaderboard/recipes.py)."""
     tau_max = TAU_MAX if tau_max is None else tau_max
     if not 1 < tau_max < math.inf:
         raise SuiteError(f"--tau-max must be a finite number above 1, got {tau_max}")
@@ -90,15 +93,19 @@ def generate(root: str | Path = "runs", out: str | Path | None = None, tau_max: 
         raise SuiteError(f"{root}: no such directory of runs")
     check_writable(default_out(root) if out is None else out)  # before reading every run
     col = collect(root)
+    for other in untuned:
+        if not Path(other).is_dir():
+            raise SuiteError(f"--untuned {other}: no such directory of runs")
     command = f"python -m suite leaderboard {os.path.normpath(str(root))}" + (
         f" --tau-max {tau_max:g}" if tau_max != TAU_MAX else ""
     )
+    command += "".join(f" --untuned {os.path.normpath(str(other))}" for other in untuned)
     files, index = Files(), []
     if TRAIN in col.results:
         index += training_pages(col, command, tau_max, files)
     for s in registered("board"):
         if s.runner in col.results:
-            index += s.fn(Board(col, col.results[s.runner], command, files))
+            index += s.fn(Board(col, col.results[s.runner], command, files, tuple(map(Path, untuned))))
     files.add("index.md", _index(col, index, command))
     _write(default_out(root) if out is None else Path(out), files)
     return list(files)

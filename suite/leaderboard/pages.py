@@ -29,7 +29,7 @@ from suite.leaderboard.tables import (
     steps_text,
     write_csv,
 )
-from suite.specs.spec import LATER_DEFAULTS
+from suite.specs.spec import LATER_DEFAULTS, LATER_DEFAULTS_BY_NAME
 
 HEADING = "# Leaderboard: "  # a task/model page's first line: terminal_summary prints those pages
 CSV_COLUMNS = [
@@ -208,6 +208,11 @@ def _csv_row(r, cell_label: str) -> dict:
     columns = {k: getattr(r, k) for k in CSV_COLUMNS if k not in ("cell", "method_settings")}
     # a setting added later, at the value every run had before it, is left out as spec ids leave it out
     later = {f"{kind}.{key}": value for (kind, key), value in LATER_DEFAULTS.items()}
+    later |= {
+        f"{kind}.{key}": value
+        for (kind, name, key), value in LATER_DEFAULTS_BY_NAME.items()
+        if r.settings.get(f"{kind}.name") == name
+    }
     settings = {k: v for k, v in r.settings.items() if later.get(k, ABSENT) != v}
     return columns | {"cell": cell_label, "method_settings": json.dumps(settings, sort_keys=True)}
 

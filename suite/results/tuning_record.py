@@ -28,6 +28,7 @@ def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict], cel
         "grid": grid.name,
         "protocol": PROTOCOL,
         "trials": tuning.trials,
+        "rounds": [{k: v for k, v in vars(r).items() if v is not None} for r in tuning.rounds],
         "tuning_seeds": tuning.tuning_seeds,
         "final_seeds": tuning.final_seeds,
         "methods": {
@@ -35,10 +36,13 @@ def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict], cel
                 "fixed": m.fixed,
                 "space": {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in m.space.items()},
                 "baseline": m.baseline,
+                **({"recipes": m.recipes} if m.recipes else {}),
             }
             for m in tuning.methods
         },
     }
+    if tuning.version is not None:
+        record["version"] = tuning.version
     if tuning.shared:  # the fair fight: the spaces every method shares, drawn as common points
         record["shared"] = {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in tuning.shared.items()}
     if tuning.race:
@@ -80,10 +84,13 @@ def record_of(root: Path) -> dict | None:
 def _is_record(record) -> bool:
     """Does tuning.json hold what `write_record` writes, with every field its readers use?"""
     fields = dict(grid=str, trials=int, tuning_seeds=list, final_seeds=list, methods=dict, chosen=list)
-    if not _fields(record, **fields):
+    if not _fields(record, **fields) or not isinstance(record.get("rounds", []), list):
         return False
     for method in record["methods"].values():
-        if not (_fields(method, fixed=dict, space=dict) and method.get("baseline") in (None, *record["methods"])):
+        if not (
+            _fields(method, fixed=dict, space=dict, recipes=(list, type(None)))
+            and method.get("baseline") in (None, *record["methods"])
+        ):
             return False
         if any(isinstance(v, dict) for v in method["fixed"].values()) or not all(
             map(_space_ok, method["space"].values())

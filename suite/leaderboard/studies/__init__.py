@@ -77,6 +77,7 @@ class Board:
     results: list  # every result of the section's runner: {"dir", "spec", "result"}, in path order
     command: str  # the command that made the leaderboard, for page headers
     files: Files
+    untuned: tuple = ()  # roots of untuned runs a tuned board's rows are checked against (recipes.py)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""The recipe check of a tuned board: is any untuned run of a tuned row's method family, in an
+identical cell, faster than the tuned row? Then the tuning failed (its search did not find what a
+published recipe already gets), and the row gets no verdict.
+
+Identical cell: the same task and model settings and targets (train.memorization, train.target) and
+the same batch size; every untuned run is judged here by the tuned cell's hold and within its
+budget (stats.outcome), so a run made with another hold or a longer budget counts as the tuned
+runs do; one that stopped earlier without a grok counts as never reaching the target. Family: the
+same optimizer (AdamW is Adam with decoupled decay; Adam-LR with decoupled decay is adamwlr),
+filter, sampler, loss and precision, whatever their settings. The untuned runs must share 5 or more
+seeds with the tuned row; they are paired with it by seed (seed i trains on the same split). The
+recipe is faster when the 95% bootstrap interval of its speed-up over the tuned row lies above 1: the
+interval alone, without the p < 0.05 a verdict also needs, since the check only withholds verdicts
+(at 5 seeds no p can pass, and a tuning that lost to a recipe on 5 of 5 seeds has failed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.leaderboard.collect import Collection, collect
+from suite.leaderboard.speedup import MIN_SEEDS, median_time, permutation_p, ratio, speedup_interval
+from suite.leaderboard.stats import outcome
+
+ALIASES = {"adamw": "adam", "adamwlr": "adamlr"}  # the same optimizer with decoupled decay
+JUDGED_HERE = ("train.hold",)  # a cell setting the tuned cell's value replaces
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An untuned method of a tuned row's family in its cell, on the seeds both ran."""
+
+    label: str  # its settings, and the runs it came from
+    seeds: list[int]
+    speedup: float  # the tuned row's median time over the recipe's: above 1, the recipe is faster
+    low: float
+    high: float
+    p: float
+    faster: bool
+
+
+def family(method: dict) -> tuple:
+    opt = method["opt.name"]
+    return (
+        ALIASES.get(opt, opt),
+        method.get("filter.name", "none"),
+        method.get("sampler.name"),
+        method.get("train.loss", "ce"),
+        method.get("train.precision", "fp32"),
+    )
+
+
+def untuned(roots: list[Path]) -> list[Collection]:
+    return [collect(root) for root in roots]
+
+
+def recipes_against(row: dict, cell: dict, others: list[Collection]) -> list[Recipe]:
+    """Every untuned method of the row's family in an identical cell, compared with the row (a row of
+    stats.cell_tables, its cell's settings `cell`)."""
+    out = []
+    times_by_seed = dict(zip(row["seed_list"], row["times"]))
+    for col in others:
+        for cell_id, other in col.cells.items():
+            if not _identical(cell, other) or cell_id not in set(col.runs["cell_id"]):
+                continue
+            judged = other | {k: cell[k] for k in JUDGED_HERE}
+            runs = col.runs[col.runs["cell_id"] == cell_id]
+            for method_id, group in runs.groupby("method_id", sort=True):
+                method = col.methods[method_id]
+                if family(method) != family(row["settings"]) or not _same_batch(method, row["settings"]):
+                    continue
+                group = group[group["seed"].isin(times_by_seed)].sort_values("seed", kind="stable")
+                if len(group) < MIN_SEEDS:
+                    continue
+                theirs = [
+                    outcome(col.metrics.get(r.dir), col.result_of[r.dir], judged, row["budget"])["time"]
+                    for r in group.itertuples()
+                ]
+                ours = [times_by_seed[s] for s in group["seed"]]
+                out.append(_compare(col, method, list(group["seed"]), ours, theirs))
+    return out
+
+
+def _compare(col: Collection, method: dict, seeds: list[int], ours: list[float], theirs: list[float]) -> Recipe:
+    low, high = speedup_interval(ours, theirs, paired=True)
+    p = permutation_p(ours, theirs, paired=True)
+    neither = math.isinf(median_time(ours)) and math.isinf(median_time(theirs))
+    speedup = math.nan if neither else ratio(median_time(ours), median_time(theirs))
+    return Recipe(
+        f"{_label(method)} ({col.root.as_posix()})",
+        seeds,
+        speedup,
+        low,
+        high,
+        p,
+        low > 1,
+    )
+
+
+def _identical(tuned: dict, other: dict) -> bool:
+    keys = (tuned.keys() | other.keys()) - set(JUDGED_HERE)
+    return all(tuned.get(k) == other.get(k) for k in keys)
+
+
+def _same_batch(a: dict, b: dict) -> bool:
+    return a.get("sampler.batch_size") == b.get("sampler.batch_size")
+
+
+QUIET = ("name", "betas", "eps", "ns_dtype")  # settings a recipe's label leaves out (the same across a family)
+
+
+def _label(method: dict) -> str:
+    """The recipe's optimizer and filter settings, e.g. "adam lr=0.01 weight_decay=0.001 coupled"."""
+    from suite.leaderboard.tables import fmt_value
+
+    parts = [method["opt.name"]]
+    for key, value in method.items():
+        kind, _, bare = key.partition(".")
+        if kind in ("opt", "filter") and bare not in QUIET:
+            parts.append(
+                ("decoupled" if value else "coupled")
+                if bare == "decoupled_weight_decay"
+                else f"{bare}={fmt_value(value)}"
+            )
+    return " ".join(parts)
