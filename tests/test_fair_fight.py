@@ -216,6 +216,19 @@ def test_rounds_search_around_the_best_so_far_and_an_interrupted_search_draws_th
     assert _searches(part) == searches
 
 
+def test_every_method_of_the_headline_board_runs_its_published_recipes_first():
+    from pathlib import Path
+
+    raw = tomllib.loads((Path(__file__).parents[1] / "suite" / "grids" / "tuned.toml").read_text())
+    tuning = parse(raw["tuning"], "tuned.toml", "tuned")
+    assert tuning.trials == 14 and len(tuning.tuning_seeds) == 2 and len(tuning.final_seeds) == 10
+    for method in tuning.methods:
+        assert method.recipes, f"{method.name} declares no recipe"
+        assert tuning.points(method)[: len(method.recipes)] == method.recipes
+    adam = next(m for m in tuning.methods if m.name == "adam")
+    assert {"lr": 0.01, "weight_decay": 0.001, "decoupled_weight_decay": False} in adam.recipes
+
+
 def test_a_recipe_must_give_every_searched_setting_inside_its_space():
     text = ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4]")
     with pytest.raises(SuiteError, match="missing c"):
