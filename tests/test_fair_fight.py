@@ -115,15 +115,15 @@ def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_
 @pytest.mark.parametrize(
     "delay, time, edges, note",
     [
-        (0.0, 500.0, [], "; no delay to shorten"),
-        (50.0, 500.0, [], "; no delay to shorten"),
-        (300.0, 500.0, [], ""),
-        (float("nan"), float("inf"), [], ""),
-        (300.0, 500.0, ["lr at 0.98 of its log range"], "; adamw's winner at an edge"),
+        (0.0, 500.0, [], ["no delay to shorten"]),
+        (50.0, 500.0, [], ["no delay to shorten"]),
+        (300.0, 500.0, [], []),
+        (float("nan"), float("inf"), [], []),
+        (300.0, 500.0, ["lr at 0.98 of its log range"], ["adamw's winner at an edge"]),
     ],
 )
 def test_a_verdict_says_when_there_was_no_delay_to_shorten_or_a_winner_sat_at_an_edge(delay, time, edges, note):
-    from suite.leaderboard.studies.tuning import _notes
+    from suite.leaderboard.tuned import _notes
 
     base = {"delay_median": delay, "time_to_target": time}
     assert _notes(base, [{"method": "mine", "edges": []}, {"method": "adamw", "edges": edges}]) == note

@@ -15,8 +15,8 @@ from suite.cli import main
 from suite.launch.grid import load
 from suite.launch.spaces import Method, parse
 from suite.leaderboard import generate
-from suite.leaderboard.studies import tuning
 from suite.leaderboard.tables import fmt_value
+from suite.leaderboard.tuned import profile_by_method
 from suite.results.tuning_record import record_of
 
 TUNED = TINY_FIXED + textwrap.dedent("""
@@ -174,11 +174,12 @@ def test_the_profile_by_method_keeps_a_method_one_row_when_it_chose_different_po
         ("sub", "adamw"): row("op=sub", "adamw lr=0.01", 600.0),  # adamlr has no final runs in sub
     }
     record = {"methods": {"adamw": {}, "adamlr": {}}}
-    table = [line.split("|")[1:-1] for line in tuning.profile_by_method(rows, record)[2].splitlines()[2:]]
-    by_method = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in table}
-    assert set(by_method) == {"adamw", "adamlr"}
+    scores = profile_by_method(rows, record).set_index("method")
+    assert set(scores.index) == {"adamw", "adamlr"}
     # every cell counts for every method: a missing one as a failure, never left out of its share
-    assert by_method["adamw"][:2] == ["3", "2"] and by_method["adamlr"][:3] == ["3", "1", "0.33"]
+    assert (scores.loc["adamw", "cells"], scores.loc["adamw", "best_in"]) == (3, 2)
+    assert (scores.loc["adamlr", "cells"], scores.loc["adamlr", "best_in"]) == (3, 1)
+    assert scores.loc["adamlr", "rho_1"] == pytest.approx(1 / 3)
 
 
 # --- issue 51: a cell's identity, tuning.json's format, damaged files -------------------------------

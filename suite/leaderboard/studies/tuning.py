@@ -6,28 +6,23 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
-
-import pandas as pd
 
 from suite.leaderboard.pages import profile_table
-from suite.leaderboard.recipes import recipes_against, untuned
-from suite.leaderboard.speedup import holm, median_interval, pooled, verdict
-from suite.leaderboard.stats import TAU_MAX, against_baseline, cell_tables, performance_profile
+from suite.leaderboard.speedup import median_interval
+from suite.leaderboard.stats import TAU_MAX
 from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, milestone_text, p_text, steps_text
+from suite.leaderboard.tuned import NO_DELAY, Judgement, chosen, judge, profile_by_method, worked
 from suite.results.result import TRAIN
-from suite.results.rundir import UnreadableFile, read_json
+from suite.results.rundir import UnreadableFile
 from suite.results.tuning_record import record_of
-
-NO_DELAY = 0.10  # a tuned baseline whose delay is at most this share of its time to target has none left
 
 
 @section("board", runner=TRAIN)
 def tuning(board: Board) -> list[str]:
     try:
         record = record_of(board.col.root)
-        cost = cost_of(board.col.root)
+        judgement = None if record is None else judge(board.col, record, board.untuned)
     except UnreadableFile as err:  # one damaged file does not cost the board its other pages
         print(f"warning: {err}; tuning.md is left out", file=sys.stderr)
         return []
@@ -75,9 +70,9 @@ def tuning(board: Board) -> list[str]:
                 [
                     c["cell"],
                     c["method"],
-                    str(c["chosen"]) + (f" (round {_chosen(c)['round'] + 1})" if len(rounds) > 1 else ""),
+                    str(c["chosen"]) + (f" (round {chosen(c)['round'] + 1})" if len(rounds) > 1 else ""),
                     _settings(c["settings"]) + (f" (at an edge: {', '.join(c['edges'])})" if c.get("edges") else ""),
-                    steps_text(_chosen(c)["median_time"]) + ("" if _worked(c) else " (tie-break)"),
+                    steps_text(chosen(c)["median_time"]) + ("" if worked(c) else " (tie-break)"),
                     ", ".join(
                         steps_text(t["median_time"]) + (" (raced)" if any(t.get("raced", [])) else "")
                         for t in c["tried"]
@@ -89,11 +84,9 @@ def tuning(board: Board) -> list[str]:
         ),
         *_runners_up(record),
     ]
-    rows = _final_rows(board, record)
-    checks = _recipe_checks(board, record, rows)
-    verdicts, pooled = _verdicts(rows, record, checks, cost)
-    lines += _common_points(record) + verdicts + pooled + profile_by_method(rows, record)
-    lines += _figures(board, record, rows)
+    rows = {(v.cell, v.method): v.row for v in judgement.verdicts}
+    lines += _common_points(record) + _verdicts(judgement) + _recipe_table(judgement.checks)
+    lines += _pooled(judgement) + _profile(rows, record) + _figures(board, record, judgement)
     board.files.add("tuning.md", "\n".join(lines))
     return [f"How every method was tuned, and what was chosen: [tuning](tuning.md) ({record['trials']} points each).\n"]
 
@@ -117,7 +110,7 @@ def _runners_up(record: dict) -> list[str]:
     stopped it, runs that had reached CLOSE val accuracy (how far each got: its step and val acc)."""
     rows = []
     for c in record["chosen"]:
-        best = _chosen(c)["median_time"]
+        best = chosen(c)["median_time"]
         if not math.isfinite(best):
             continue
         for t in c["tried"]:
@@ -155,100 +148,42 @@ def _runners_up(record: dict) -> list[str]:
     ]
 
 
-def _recipe_checks(board: Board, record: dict, rows: dict) -> dict:
-    """(cell, method) -> the untuned methods of its family in an identical cell (recipes.py)."""
-    if not board.untuned:
-        return {}
-    others = untuned(board.untuned)
-    return {key: recipes_against(row, board.col.cells[row["cell_id"]], others) for key, row in rows.items()}
-
-
-def _verdicts(rows: dict, record: dict, checks: dict, cost: dict) -> tuple[list[str], list[str]]:
+def _verdicts(judgement: Judgement) -> list[str]:
     """Per cell, each method's final runs: median held time with its interval, its cost, and the
     speed-up over the baseline its [tuning] table names, with interval, p-value (raw, and Holm-adjusted
-    over the board's comparisons) and verdict, computed by stats.against_baseline, the function behind
-    the board's own speed-up column. Then one verdict per method over every cell (speedup.pooled)."""
-    searched = {(c["cell"], c["method"]): c for c in record["chosen"]}
-    failed = {key: [r for r in found if r.faster] for key, found in checks.items()}
-    lines, judged, pairs = [], [], {}
-    for (cell, method), row in rows.items():
-        base_name = record["methods"][method].get("baseline")
-        base = rows.get((cell, base_name))
-        low, high = median_interval(row["times"])
-        grokked = f"{row['grokked']}/{row['seeds']}"
-        delay = milestone_text(row["delay_median"], row["delay_min"], row["delay_max"], row["n_delay"], row["seeds"])
-        ran = _settings(_point(record, searched[cell, method]))
-        line = [
-            cell,
-            method,
-            ran,
-            grokked,
-            _time(row["time_to_target"], low, high),
-            delay,
-            *_cost_cells(cost, cell, method, row),
-        ]
-        if base is None:
-            lines.append((line + ["-"] * 5, None))
-            continue
-        notes = _notes(base, [searched[cell, name] for name in (method, base_name)])
-        no_search = [name for name in (method, base_name) if not _worked(searched[cell, name])]
-        beaten = [(name, r) for name in (method, base_name) for r in failed.get((cell, name), [])]
-        if no_search or beaten:
-            if no_search:
-                whose = {1: f"{no_search[0]}'s winner", 2: "both winners"}[len(no_search)]
-                text = f"no verdict: {whose} reached the target on no tuning seed"
-            else:
-                name, r = beaten[0]
-                faster = interval_text(r.speedup, r.low, r.high, "x")
-                text = f"no verdict: tuning failed: {r.label} faster than tuned {name} ({faster})"
-            lines.append((line + [base_name, "-", "-", "-", text + notes], None))
-            continue
-        s = against_baseline(row, base)
-        pairs.setdefault(method, []).append((cell, base["times"], row["times"]))
-        judged.append(len(lines))
-        lines.append(
-            (
-                line
-                + [
-                    base_name,
-                    interval_text(s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], "x"),
-                    p_text(s["p_value"]),
-                ],
-                (s, notes, min(row["seeds"], base["seeds"])),
-            )
-        )
-    adjusted = holm([lines[i][1][0]["p_value"] for i in judged])
+    over the board's comparisons) and verdict (suite/leaderboard/tuned.py)."""
     out = []
-    for i, (line, judgement) in enumerate(lines):
-        if judgement is None:
-            out.append(line)
-            continue
-        s, notes, n = judgement
-        p_holm = adjusted[judged.index(i)]
-        out.append(line + [p_text(p_holm), verdict(s["speedup_ci_low"], s["speedup_ci_high"], p_holm, n) + notes])
+    for v in judgement.verdicts:
+        row = v.row
+        low, high = median_interval(row["times"])
+        delay = milestone_text(row["delay_median"], row["delay_min"], row["delay_max"], row["n_delay"], row["seeds"])
+        line = [v.cell, v.method, _settings(v.settings), f"{row['grokked']}/{row['seeds']}"]
+        line += [_time(row["time_to_target"], low, high), delay, *_cost_cells(v.cost, row)]
+        notes = "".join(f"; {note}" for note in v.notes)
+        if v.speedup is not None:
+            s = v.speedup
+            speedup = interval_text(s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], "x")
+            line += [v.baseline, speedup, p_text(s["p_value"]), p_text(v.p_holm), v.verdict + notes]
+        elif v.withheld:
+            line += [v.baseline, "-", "-", "-", f"no verdict: {v.withheld}{notes}"]
+        else:
+            line += ["-"] * 5
+        out.append(line)
     if not out:
-        return [], []
+        return []
+    judged = sum(v.speedup is not None for v in judgement.verdicts)
     header = ["cell", "method", "chosen settings", "grokked", "time to target [95% CI]", "delay [range]"]
-    header += [
-        "ms / step",
-        "time to target (s)",
-        "decay per step",
-        "against",
-        "speed-up [95% CI]",
-        "p",
-        "p (Holm)",
-        "verdict",
-    ]
-    text = [
+    header += ["ms / step", "time to target (s)", "decay per step", "against", "speed-up [95% CI]", "p", "p (Holm)"]
+    return [
         "## Verdicts on the final seeds\n",
         "Time to target: the median held grok step over the final seeds (a seed that did not grok counts as "
         "infinity), with a bootstrap interval. Cost: milliseconds per training step, measured alike for every "
         "row (cost.json: one thread, the same machine and batch), and the time to target in seconds at that rate; "
         "decay per step: each parameter group's lr x weight_decay under decoupled decay (coupled L2 decay has no "
         "per-step shrink; its weight_decay is shown). Speed-up: the baseline's median over the method's, paired "
-        "by seed (`-` when neither reached the target), with a 95% bootstrap interval and the exact p of a signed-rank "
-        f"test; p (Holm): adjusted over the {len(judged)} comparisons of this table. `faster` only when the "
-        "interval lies above 1 and the Holm-adjusted p is below 0.05 (so the word never contradicts either "
+        "by seed (`-` when neither reached the target), with a 95% bootstrap interval and the exact p of a "
+        f"signed-rank test; p (Holm): adjusted over the {judged} comparisons of this table. `faster` only when "
+        "the interval lies above 1 and the Holm-adjusted p is below 0.05 (so the word never contradicts either "
         "number), with 5 seeds or more a row; `slower` the mirror. "
         "A method, or a baseline, whose search found no point that reached the target on the tuning seeds gets "
         "no verdict (a failure of the search); so does a row that an untuned run of its family in an identical "
@@ -256,58 +191,36 @@ def _verdicts(rows: dict, record: dict, checks: dict, cost: dict) -> tuple[list[
         f"seeds that grokked; where the baseline's median delay is at most {NO_DELAY:.0%} of its time to target "
         "there was no delay to shorten, and the verdict says so; so it does where a winner sits at an edge of its "
         "space (the search may not have found that method's best).\n",
-        md_table(header, out, right={3, 4, 5, 6, 7, 10, 11, 12}),
-        *_recipe_table(checks),
+        md_table(header + ["verdict"], out, right={3, 4, 5, 6, 7, 10, 11, 12}),
     ]
-    return text, _pooled(pairs, rows, record)
 
 
-def _pooled(pairs: dict, rows: dict, record: dict) -> list[str]:
-    """One verdict per method over every cell where it was judged: the sign of every paired seed in
-    every cell, the geometric mean speed-up with a stratified bootstrap interval (speedup.pooled), the
-    sign test's p Holm-adjusted over the methods."""
-    if not pairs:
+def _pooled(judgement: Judgement) -> list[str]:
+    """One verdict per method over every cell where it was judged (suite/leaderboard/tuned.py)."""
+    if not judgement.pooled:
         return []
-    found = {m: pooled([(b, r) for _, b, r in cells]) for m, cells in pairs.items()}
-    adjusted = dict(zip(found, holm([f["p"] for f in found.values()])))
-    table = []
-    for method, f in found.items():
-        cells = [cell for cell, _, _ in pairs[method]]
-        n = min(len(b) for _, b, _ in pairs[method])
-        word = verdict(f["low"], f["high"], adjusted[method], n)
-        table.append(
-            [
-                method,
-                record["methods"][method]["baseline"],
-                ", ".join(cells),
-                f"{f['wins']} / {f['losses']} / {f['ties']}",
-                interval_text(f["speedup"], f["low"], f["high"], "x"),
-                p_text(f["p"]),
-                p_text(adjusted[method]),
-                word,
-            ]
-        )
+    table = [
+        [
+            p.method,
+            p.baseline,
+            ", ".join(p.cells),
+            f"{p.numbers['wins']} / {p.numbers['losses']} / {p.numbers['ties']}",
+            interval_text(p.numbers["speedup"], p.numbers["low"], p.numbers["high"], "x"),
+            p_text(p.numbers["p"]),
+            p_text(p.p_holm),
+            p.verdict,
+        ]
+        for p in judgement.pooled
+    ]
+    header = ["method", "against", "cells", "sooner / later / tied", "speed-up [95% CI]", "p (sign test)"]
     return [
         "## One verdict per method\n",
         "Over every cell where the method was judged (a cell without a verdict above is left out, and not named): "
         "seeds where it reached the target sooner / later / tied with the baseline (both never, or the same step), "
         "the geometric mean over cells of the speed-up with a 95% bootstrap interval (seeds resampled within each "
         "cell, paired), the exact two-sided sign test over every paired seed, and its p Holm-adjusted over the "
-        f"{len(found)} methods. `faster` when the interval lies above 1 and the adjusted p is below 0.05.\n",
-        md_table(
-            [
-                "method",
-                "against",
-                "cells",
-                "sooner / later / tied",
-                "speed-up [95% CI]",
-                "p (sign test)",
-                "p (Holm)",
-                "verdict",
-            ],
-            table,
-            right={3, 4, 5, 6},
-        ),
+        f"{len(table)} methods. `faster` when the interval lies above 1 and the adjusted p is below 0.05.\n",
+        md_table(header + ["p (Holm)", "verdict"], table, right={3, 4, 5, 6}),
     ]
 
 
@@ -342,81 +255,30 @@ def _recipe_table(checks: dict) -> list[str]:
     ]
 
 
-def _cost_cells(cost: dict, cell: str, method: str, row: dict) -> list[str]:
-    entry = cost.get("specs", {}).get(f"{cell}/{method}")
-    if entry is None:
+def _cost_cells(cost: dict | None, row: dict) -> list[str]:
+    if cost is None:
         return ["-", "-", "-"]
-    ms = entry["ms_per_step"]
+    ms = cost["ms_per_step"]
     seconds = row["time_to_target"] * ms / 1000
     decay = ", ".join(
         f"{g['name']} {g['decay_per_step']:.2g}"
         if g["decay_per_step"] is not None
         else f"{g['name']} coupled {g['weight_decay']:g}"
-        for g in entry["groups"]
+        for g in cost["groups"]
     )
     return [f"{ms:.2f}", steps_text(round(seconds, 1)) if math.isfinite(seconds) else "inf", decay or "-"]
 
 
-def cost_of(root: Path) -> dict:
-    """ROOT/cost.json (suite tune's last phase: each chosen setting's ms per step and decay per step), or {}."""
-    path = Path(root) / "cost.json"
-    if not path.exists():
-        return {}
-    cost = read_json(path)
-    entries = cost.get("specs") if isinstance(cost, dict) else None
-    if not isinstance(entries, dict) or not all(
-        isinstance(e, dict) and isinstance(e.get("ms_per_step"), int | float) and isinstance(e.get("groups"), list)
-        for e in entries.values()
-    ):
-        raise UnreadableFile(f"{path} is not a cost record of this suite; delete it and run `suite tune` again")
-    return cost
-
-
-def _notes(base: dict, searches: list[dict]) -> str:
-    """What a verdict is read with: no delay left to shorten, and winners at an edge of their space."""
-    notes = []
-    delay, time = base["delay_median"], base["time_to_target"]
-    if math.isfinite(time) and not math.isnan(delay) and delay <= NO_DELAY * time:
-        notes.append("no delay to shorten")
-    notes += [f"{c['method']}'s winner at an edge" for c in searches if c.get("edges")]
-    return "".join(f"; {note}" for note in notes)
-
-
-def profile_by_method(rows: dict, record: dict) -> list[str]:
-    """The performance profile with one row per tuned method over every cell of the record, whichever
-    point it chose in each (profile.md keys rows by settings, so a method that chose differently in two
-    cells is split there); a cell where the method has no final runs counts as a failure (inf)."""
-    cells = {cell: row for (cell, _), row in rows.items()}
-    table = pd.DataFrame(
-        [
-            {**(rows.get((cell, method)) or cells[cell] | {"time_to_target": math.inf}), "method": method}
-            for cell in cells
-            for method in record["methods"]
-        ]
-    )
-    if table.empty:
+def _profile(rows: dict, record: dict) -> list[str]:
+    scores = profile_by_method(rows, record)
+    if scores is None:
         return []
-    _, scores = performance_profile(table, TAU_MAX)
     return [
         "## Performance profile by method\n",
         "As in [profile.md](profile.md), over the cells where something reached the target, but a row per tuned "
         "method whatever point it chose in each cell; a cell without its final runs counts as a failure.\n",
         profile_table(scores, TAU_MAX),
     ]
-
-
-def _final_rows(board: Board, record: dict) -> dict:
-    """(cell, method) -> the board's row (stats.cell_tables) of that method's final runs."""
-    runs = board.col.runs.set_index("run_id")
-    table = cell_tables(board.col)
-    rows = {}
-    for c in record["chosen"]:
-        found = [r for r in c.get("final_runs", []) if r in runs.index]
-        if found:
-            cell_id, method_id = runs.loc[found[0], ["cell_id", "method_id"]]
-            match = table[(table["cell_id"] == cell_id) & (table["method_id"] == method_id)]
-            rows[c["cell"], c["method"]] = match.iloc[0].to_dict()
-    return rows
 
 
 def _race(record: dict) -> list[str]:
@@ -483,9 +345,9 @@ def _common(choice: dict, record: dict, first: int) -> list[dict]:
     return [t for t in choice["tried"] if recipes <= t["point"] < first]
 
 
-def _figures(board: Board, record: dict, rows: dict) -> list[str]:
+def _figures(board: Board, record: dict, judgement: Judgement) -> list[str]:
     out = []
-    forest = board.files.add("tuning.speedups.png", speedup_forest(rows, record))
+    forest = board.files.add("tuning.speedups.png", speedup_forest(judgement))
     if forest:
         out += ["## Speed-ups\n", f"![each method's speed-up over its baseline, per cell]({forest})\n"]
     scatter = board.files.add("tuning.decay.png", tuning_scatter(record))
@@ -497,36 +359,32 @@ def _figures(board: Board, record: dict, rows: dict) -> list[str]:
     return out
 
 
-def speedup_forest(rows: dict, record: dict) -> bytes | None:
-    """Per cell, each method's speed-up over its baseline with its 95% interval, on a log axis."""
+def speedup_forest(judgement: Judgement) -> bytes | None:
+    """Per cell, each judged method's speed-up over its baseline with its 95% interval, on a log axis
+    (a method without a verdict in a cell: its label, no mark)."""
     from suite.leaderboard.plots import figure, style, to_png
 
-    cells = list(dict.fromkeys(cell for cell, _ in rows))
-    methods = [m for m in record["methods"] if record["methods"][m].get("baseline")]
-    found = {}
-    for (cell, method), row in rows.items():
-        base = rows.get((cell, record["methods"][method].get("baseline")))
-        if base is not None and base is not row:
-            found[cell, method] = against_baseline(row, base)
-    if not found:
+    shown = [v for v in judgement.verdicts if v.baseline is not None]
+    if not any(v.speedup is not None for v in shown):
         return None
-    fig = figure(figsize=(7, 1.2 + 0.45 * len(cells) * len(methods)))
+    methods = list(dict.fromkeys(v.method for v in shown))
+    fig = figure(figsize=(7, 1.2 + 0.3 * len(shown)))
     ax = fig.subplots()
-    y, ticks = 0, []
-    for cell in cells:
-        for i, method in enumerate(methods):
-            s = found.get((cell, method))
-            if s is not None and math.isfinite(s["speedup"]) and s["speedup"] > 0:
-                lo, hi = (min(max(v, 1e-2), 1e2) for v in (s["speedup_ci_low"], s["speedup_ci_high"]))
-                ax.plot([lo, hi], [y, y], color=style(i)["color"], linewidth=2)
-                ax.plot(s["speedup"], y, "o", color=style(i)["color"])
-            ticks.append((y, f"{cell} {method}"))
-            y -= 1
-        y -= 0.5
+    y, ticks, cell = 0.0, [], None
+    for v in shown:
+        if cell is not None and v.cell != cell:
+            y -= 0.5
+        cell, s, colour = v.cell, v.speedup, style(methods.index(v.method))["color"]
+        if s is not None and math.isfinite(s["speedup"]) and s["speedup"] > 0:
+            lo, hi = (min(max(x, 1e-2), 1e2) for x in (s["speedup_ci_low"], s["speedup_ci_high"]))
+            ax.plot([lo, hi], [y, y], color=colour, linewidth=2)
+            ax.plot(s["speedup"], y, "o", color=colour)
+        ticks.append((y, f"{v.cell}  {v.method}" + ("" if s is not None else " (no verdict)")))
+        y -= 1
     ax.axvline(1.0, color="grey", linewidth=1)
     ax.set_xscale("log")
     ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
-    ax.set_xlabel("speed-up over the tuned baseline (x; 95% interval, clipped to [0.01, 100])")
+    ax.set_xlabel("speed-up over the tuned baseline, 95% interval (clipped to 0.01-100)")
     return to_png(fig)
 
 
@@ -571,21 +429,6 @@ def tuning_scatter(record: dict) -> bytes | None:
 
 def _time(median: float, low: float, high: float) -> str:
     return f"{steps_text(median)} [{steps_text(low)}, {steps_text(high)}]"
-
-
-def _chosen(c: dict) -> dict:
-    return next(t for t in c["tried"] if t["point"] == c["chosen"])
-
-
-def _point(record: dict, c: dict) -> dict:
-    """The settings a choice ran with: its tuned ones, and the shared ones its method fixes (⊥AdamW's wd 0)."""
-    fixed = record["methods"][c["method"]]["fixed"]
-    return c["settings"] | {k: fixed[k] for k in record.get("shared", {}) if k in fixed}
-
-
-def _worked(c: dict) -> bool:
-    """The chosen point reached the target (a finite median time on the tuning seeds), not the tie-break."""
-    return math.isfinite(_chosen(c)["median_time"])
 
 
 def _settings(settings: dict) -> str:

@@ -1,0 +1,188 @@
+"""The verdicts of a tuned board (`suite tune`, its tuning.json beside the final runs): each method's final
+runs against its baseline's in every cell, Holm-adjusted over the board, and one verdict per method over
+every cell, Holm-adjusted over the methods; with what each is read with: the recipe check (recipes.py),
+the cost (cost.json), no delay left to shorten, a winner at an edge of its space. Numbers only:
+studies/tuning.py writes them into tuning.md, and a summary can read them from here alike.
+
+Per cell, a verdict is withheld (with the reason) where a search found no point that reached the target
+on its tuning seeds, or where an untuned run of the row's family in an identical cell beats the tuned
+row: either way the tuning, not the method, was measured. The pooled verdict of a method takes every
+cell where it was judged: the sign of every paired seed (exact sign test) and the geometric mean of
+the per-cell speed-ups with a stratified bootstrap interval (speedup.pooled).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from suite.leaderboard.collect import Collection
+from suite.leaderboard.recipes import Recipe, recipes_against, untuned
+from suite.leaderboard.speedup import holm, pooled, verdict
+from suite.leaderboard.stats import TAU_MAX, against_baseline, cell_tables, performance_profile
+from suite.leaderboard.tables import interval_text
+from suite.results.rundir import UnreadableFile, read_json
+
+NO_DELAY = 0.10  # a tuned baseline whose delay is at most this share of its time to target has none left
+
+
+@dataclass
+class Verdict:
+    """One method's final runs in one cell, against its baseline's."""
+
+    cell: str
+    method: str
+    row: dict  # its row of stats.cell_tables
+    settings: dict  # the settings it ran with: its chosen point, and the shared ones its method fixes
+    cost: dict | None  # its entry of cost.json
+    baseline: str | None
+    speedup: dict | None = None  # stats.against_baseline's numbers, where it was judged
+    p_holm: float = math.nan
+    verdict: str = ""
+    withheld: str = ""  # why it was not judged (no verdict)
+    notes: list[str] = field(default_factory=list)  # what the verdict is read with
+
+
+@dataclass
+class Pooled:
+    """One method over every cell where it was judged."""
+
+    method: str
+    baseline: str
+    cells: list[str]
+    numbers: dict  # speedup.pooled's
+    p_holm: float
+    verdict: str
+
+
+@dataclass
+class Judgement:
+    verdicts: list[Verdict]
+    pooled: list[Pooled]
+    checks: dict  # (cell, method) -> [Recipe]: the recipe check, where untuned roots were given
+
+
+def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement:
+    """Every (cell, method) of the record that has final runs, judged (see the module)."""
+    rows = final_rows(col, record)
+    cost = cost_of(col.root).get("specs", {})
+    others = untuned(untuned_roots) if untuned_roots else []
+    checks = (
+        {key: recipes_against(row, col.cells[row["cell_id"]], others) for key, row in rows.items()} if others else {}
+    )
+    searched = {(c["cell"], c["method"]): c for c in record["chosen"]}
+    verdicts, pairs = [], {}
+    for (cell, method), row in rows.items():
+        base_name = record["methods"][method].get("baseline")
+        v = Verdict(
+            cell, method, row, ran_with(record, searched[cell, method]), cost.get(f"{cell}/{method}"), base_name
+        )
+        verdicts.append(v)
+        base = rows.get((cell, base_name))
+        if base is None:
+            continue
+        v.notes = _notes(base, [searched[cell, name] for name in (method, base_name)])
+        v.withheld = _withheld(cell, (method, base_name), searched, checks)
+        if not v.withheld:
+            v.speedup = against_baseline(row, base)
+            pairs.setdefault(method, []).append((cell, base["times"], row["times"]))
+    judged = [v for v in verdicts if v.speedup is not None]
+    for v, p in zip(judged, holm([v.speedup["p_value"] for v in judged])):
+        n = min(v.row["seeds"], rows[v.cell, v.baseline]["seeds"])
+        v.p_holm, v.verdict = p, verdict(v.speedup["speedup_ci_low"], v.speedup["speedup_ci_high"], p, n)
+    return Judgement(verdicts, _pooled(pairs, record), checks)
+
+
+def _withheld(cell: str, names: tuple, searched: dict, checks: dict) -> str:
+    """Why a comparison of these two tuned rows would measure their tuning: "" if it would not."""
+    no_search = [name for name in names if not worked(searched[cell, name])]
+    if no_search:
+        whose = {1: f"{no_search[0]}'s winner", 2: "both winners"}[len(no_search)]
+        return f"{whose} reached the target on no tuning seed"
+    beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((cell, n), []) if r.faster]
+    if beaten:
+        name, r = beaten[0]
+        return f"tuning failed: {r.label} faster than tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
+    return ""
+
+
+def _pooled(pairs: dict, record: dict) -> list[Pooled]:
+    found = {m: pooled([(b, r) for _, b, r in cells]) for m, cells in pairs.items()}
+    out = []
+    for (method, numbers), p in zip(found.items(), holm([f["p"] for f in found.values()])):
+        word = verdict(numbers["low"], numbers["high"], p, numbers["n"])
+        cells = [cell for cell, _, _ in pairs[method]]
+        out.append(Pooled(method, record["methods"][method]["baseline"], cells, numbers, p, word))
+    return out
+
+
+def _notes(base: dict, searches: list[dict]) -> list[str]:
+    """What a verdict is read with: no delay left to shorten, and winners at an edge of their space."""
+    notes = []
+    delay, time = base["delay_median"], base["time_to_target"]
+    if math.isfinite(time) and not math.isnan(delay) and delay <= NO_DELAY * time:
+        notes.append("no delay to shorten")
+    return notes + [f"{c['method']}'s winner at an edge" for c in searches if c.get("edges")]
+
+
+def final_rows(col: Collection, record: dict) -> dict:
+    """(cell, method) -> the board's row (stats.cell_tables) of that method's final runs."""
+    runs = col.runs.set_index("run_id")
+    table = cell_tables(col)
+    rows = {}
+    for c in record["chosen"]:
+        found = [r for r in c.get("final_runs", []) if r in runs.index]
+        if found:
+            cell_id, method_id = runs.loc[found[0], ["cell_id", "method_id"]]
+            match = table[(table["cell_id"] == cell_id) & (table["method_id"] == method_id)]
+            rows[c["cell"], c["method"]] = match.iloc[0].to_dict()
+    return rows
+
+
+def profile_by_method(rows: dict, record: dict) -> pd.DataFrame | None:
+    """The performance profile's scores with one row per tuned method over every cell with final runs,
+    whichever point it chose in each (profile.md keys rows by settings, so a method that chose
+    differently in two cells is split there); a cell where the method has no final runs counts as a
+    failure (inf)."""
+    cells = {cell: row for (cell, _), row in rows.items()}
+    table = pd.DataFrame(
+        [
+            {**(rows.get((cell, method)) or cells[cell] | {"time_to_target": math.inf}), "method": method}
+            for cell in cells
+            for method in record["methods"]
+        ]
+    )
+    return None if table.empty else performance_profile(table, TAU_MAX)[1]
+
+
+def cost_of(root: Path) -> dict:
+    """ROOT/cost.json (suite tune's last phase: each chosen setting's ms per step and decay per step), or {}."""
+    path = Path(root) / "cost.json"
+    if not path.exists():
+        return {}
+    cost = read_json(path)
+    entries = cost.get("specs") if isinstance(cost, dict) else None
+    if not isinstance(entries, dict) or not all(
+        isinstance(e, dict) and isinstance(e.get("ms_per_step"), int | float) and isinstance(e.get("groups"), list)
+        for e in entries.values()
+    ):
+        raise UnreadableFile(f"{path} is not a cost record of this suite; delete it and run `suite tune` again")
+    return cost
+
+
+def ran_with(record: dict, choice: dict) -> dict:
+    """The settings a choice ran with: its tuned ones, and the shared ones its method fixes (⊥AdamW's wd 0)."""
+    fixed = record["methods"][choice["method"]]["fixed"]
+    return choice["settings"] | {k: fixed[k] for k in record.get("shared", {}) if k in fixed}
+
+
+def chosen(choice: dict) -> dict:
+    return next(t for t in choice["tried"] if t["point"] == choice["chosen"])
+
+
+def worked(choice: dict) -> bool:
+    """The chosen point reached the target (a finite median time on the tuning seeds), not the tie-break."""
+    return math.isfinite(chosen(choice)["median_time"])
