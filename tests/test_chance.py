@@ -124,3 +124,15 @@ def test_learn_patience_is_off_by_default_and_keeps_the_ids_of_the_runs_before_i
     assert spec["train"]["learn_patience"] is None
     older = {**spec, "train": {k: v for k, v in spec["train"].items() if k != "learn_patience"}}
     assert spec_id(spec) == spec_id(older) != spec_id(resolve({}, {"learn_patience": 2000}))
+
+
+def test_train_flushes_denormals_while_it_runs_and_leaves_torch_as_it_found_it(tmp_path):
+    # a notebook that calls train() keeps its own setting (the loop flushes subnormals for speed)
+    from suite.engine.precision import flushing_denormals
+
+    torch.set_flush_denormal(False)
+    train(
+        as_cells([resolve({"filter": "_ascent"}, TINY | {"train.steps": 20})], [tmp_path / "run"]), torch.device("cpu")
+    )
+    assert flushing_denormals() is False
+    torch.set_flush_denormal(True)  # as the other tests of this process expect it: the loop's own

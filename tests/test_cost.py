@@ -10,6 +10,7 @@ import torch
 from suite import SuiteError
 from suite.bench import cost
 from suite.engine.member import Member
+from suite.engine.precision import flushing_denormals
 from suite.specs.spec import resolve
 
 TINY = {"task.p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "d": 16, "hidden": 32}
@@ -81,10 +82,10 @@ def test_threads_and_denormal_flushing_are_given_back_when_a_step_fails(monkeypa
         raise RuntimeError("a step that fails")
 
     monkeypatch.setattr(cost, "train_step", fails)
-    flushing = cost._flushing_denormals()
+    flushing = flushing_denormals()
     with pytest.raises(RuntimeError, match="a step that fails"):
         cost.measure(tiny("adam"), **QUICK)
-    assert torch.get_num_threads() == 2 and cost._flushing_denormals() == flushing
+    assert torch.get_num_threads() == 2 and flushing_denormals() == flushing
 
 
 @pytest.mark.parametrize(

@@ -179,21 +179,14 @@ def _ms_per_step(stack, steps: int, warmup: int, device: torch.device) -> float:
 def _as_the_loop_steps(device: torch.device):
     """One torch thread and denormals flushed (as train() flushes them) while measuring; torch's
     threads, flushing and global RNG (the build seeds it) as they were afterwards, whatever happens."""
-    threads, flushing, rng = torch.get_num_threads(), _flushing_denormals(), rng_states(device)
+    threads, rng = torch.get_num_threads(), rng_states(device)
     torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
     try:
-        yield
+        with precision.denormals_flushed():
+            yield
     finally:
         torch.set_num_threads(threads)
-        torch.set_flush_denormal(flushing)
         set_rng_states(rng, device)
-
-
-def _flushing_denormals() -> bool:
-    """torch can set flushing but not say whether it is on: a product below float32's smallest
-    normal number (1.2e-38) comes out 0 only when it is."""
-    return torch.tensor([1e-30]).mul(1e-10).item() == 0.0
 
 
 def _resumed(path: Path, how: dict, replace_other: bool) -> dict:

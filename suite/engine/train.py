@@ -71,9 +71,11 @@ def train(cells: list[Cell], device: torch.device, compile: bool = False) -> lis
     """Train the cells into their run dirs and return their results (each also written to its
     run_dir/result.json). compile: the training step's forward through torch.compile (evaluation
     stays eager: its shapes vary)."""
-    # Weight decay drives unused weights into subnormal floats, which made CPU steps up to
-    # 15x slower after grokking; flushing them to zero is deterministic (no result changed here).
-    torch.set_flush_denormal(True)
+    with precision.denormals_flushed():
+        return _train(cells, device, compile)
+
+
+def _train(cells: list[Cell], device: torch.device, compile: bool) -> list[dict]:
     for cell in cells:  # a grid's check builds its cells on the CPU, so the device's own checks are here
         precision.check(cell.spec["train"]["precision"], device)
     members = [Member.build(cell.spec, device) for cell in cells]  # bad input raises from here on...
