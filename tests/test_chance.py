@@ -130,9 +130,9 @@ def test_train_flushes_denormals_while_it_runs_and_leaves_torch_as_it_found_it(t
     # a notebook that calls train() keeps its own setting (the loop flushes subnormals for speed)
     from suite.engine.precision import flushing_denormals
 
+    before = flushing_denormals()
     torch.set_flush_denormal(False)
-    train(
-        as_cells([resolve({"filter": "_ascent"}, TINY | {"train.steps": 20})], [tmp_path / "run"]), torch.device("cpu")
-    )
+    spec = resolve({"filter": "_ascent"}, TINY | {"train.steps": 20})
+    train(as_cells([spec], [tmp_path / "run"]), torch.device("cpu"))
     assert flushing_denormals() is False
-    torch.set_flush_denormal(True)  # as the other tests of this process expect it: the loop's own
+    torch.set_flush_denormal(before)
