@@ -22,8 +22,8 @@ Map: the folders say what each part does; a wing imports only wings above it in 
     probes/       the number probes' runner and plots (their task: tasks/number_probe.py, their model:
                   models/pretrained.py, their board page: leaderboard/studies/number_probes.py)
     bench/        the suite measured: speed and memory sections, the plain PyTorch loop it is held
-                  against, the GPU campaign, cost (a spec's ms per step and decay per step, alike for
-                  every spec)
+                  against, cost (a spec's ms per step and decay per step, alike for every spec); the
+                  GPU campaign that drives them is a development tool, tests/gpu_campaign.py
     commands/     the command line, one module per subcommand (cli.py puts them together)
     grids/        the shipped grid files
 

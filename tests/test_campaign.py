@@ -1,4 +1,4 @@
-"""The GPU campaign's CPU path (suite/bench/campaign.py --device cpu --quick): every part runs its steps,
+"""The GPU campaign's CPU path (tests/gpu_campaign.py --device cpu --quick): every part runs its steps,
 packs what they made into a few small files (a report, its table, one archive of the runs), and a part
 whose time runs out still writes its report."""
 
@@ -16,8 +16,7 @@ LIMIT = 16 * 2**20
 def _campaign(part, out, work, *extra, cwd=REPO):
     args = [
         sys.executable,
-        "-m",
-        "suite.bench.campaign",
+        REPO / "tests" / "gpu_campaign.py",
         part,
         "--device",
         "cpu",
@@ -83,7 +82,7 @@ BAD = {  # flags -> what the one line says
 @pytest.mark.parametrize("flags", BAD, ids=" ".join)
 def test_bad_input_stops_a_part_before_it_runs_in_one_line(tmp_path, flags):
     (tmp_path / "file").write_text("in the way")
-    args = [sys.executable, "-m", "suite.bench.campaign", "check", "--device", "cpu", "--quick", *flags]
+    args = [sys.executable, REPO / "tests" / "gpu_campaign.py", "check", "--device", "cpu", "--quick", *flags]
     proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and BAD[flags] in lines[0]

@@ -1,14 +1,14 @@
 """The GPU campaign: the suite measured on one GPU in three parts, each to a deadline you give,
 every result packed into an output folder (--out) of a few files.
 
-    python -m suite.bench.campaign check --out results/   # CUDA correctness, CPU vs GPU, the bench
-    python -m suite.bench.campaign grids --out results/   # the paper protocol (5 seeds), Nanda et al.'s setting
-    python -m suite.bench.campaign long  --out results/   # ResNet-18 on the polygons at 112 px, the tuned grid
+    python tests/gpu_campaign.py check --out results/   # CUDA correctness, CPU vs GPU, the bench
+    python tests/gpu_campaign.py grids --out results/   # the paper protocol (5 seeds), Nanda et al.'s setting
+    python tests/gpu_campaign.py long  --out results/   # ResNet-18 on the polygons at 112 px, the tuned grid
 
 On a machine whose Python has torch but not the suite's other dependencies (wandb, datasets, gguf:
 the suite imports those only where it uses them), install it without them, from the repository root:
 
-    pip install -q --no-deps --no-build-isolation -e . && python3 -m suite.bench.campaign check --out results/
+    pip install -q --no-deps --no-build-isolation -e . && python3 tests/gpu_campaign.py check --out results/
 
 Every part works to a deadline (--budget-s, default 540 s): a step that would run past it is stopped
 with SIGTERM (its runs checkpoint) and what it finished is packed, so a part killed at a time limit
@@ -20,7 +20,8 @@ time, a device this machine lacks or a folder that cannot be written stops a par
 one line (exit 2); a part with a failed step says which in one line, after its report (exit 1).
 
 --device cpu --quick runs every step on tiny settings in seconds: the path CI tests
-(tests/test_campaign.py). Steps:
+(tests/test_campaign.py). A development tool: it drives the suite's command line and runs tests/,
+so it lives beside them, not in the package. Steps:
 - check: `pytest -m device` with SUITE_TEST_DEVICE set to the device (tests/test_device.py: a run, a
   stack, bf16, resume, tf32 on the device); the default cell on the device and on the CPU, every
   evaluation's losses compared (the largest relative difference, and the first evaluation past
@@ -158,7 +159,7 @@ class Campaign:
         return self.out
 
 
-DEVICE_TESTS = Path(__file__).resolve().parents[2] / "tests" / "test_device.py"  # found from any folder
+DEVICE_TESTS = Path(__file__).resolve().parent / "test_device.py"  # beside this script, from any folder
 
 
 def check(c: Campaign) -> None:
@@ -217,7 +218,7 @@ def long(c: Campaign) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = OneLineParser(prog="python -m suite.bench.campaign", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python tests/gpu_campaign.py", description=__doc__.split("\n\n")[0])
     p.add_argument("part", choices=PARTS)
     p.add_argument("--out", default="runs/campaign", help="where the packed results go (default runs/campaign)")
     p.add_argument("--work", default="runs/campaign-work", help="run folders (kept: a part resumes from them)")
