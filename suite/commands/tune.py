@@ -57,7 +57,11 @@ def run(args) -> int:
     record_of(root / "final")  # a damaged tuning.json stops the command here, before anything runs
     cells = {cell_name(c): c.spec for c in g.cells}
     code, final = _phases(
-        args, g, tuning, root, lambda chosen: write_record(root / "final" / "tuning.json", g, tuning, chosen, cells)
+        args,
+        g,
+        tuning,
+        root,
+        lambda chosen: write_record(root / "final" / "tuning.json", tuning.to_record(), chosen, cells),
     )
     if not code and _done(args, final):
         _cost(args, tuning, root / "final")
@@ -100,7 +104,7 @@ def _add(args, root: Path) -> int:
 
     def write(chosen):
         adding.link_board_runs(board_runs, root / "final")
-        write_record(root / "final" / "tuning.json", g, board, record["chosen"] + chosen, record["cells"])
+        write_record(root / "final" / "tuning.json", board.to_record(), record["chosen"] + chosen, record["cells"])
 
     code, final = _phases(args, g, tuning, root, write)
     if code or args.dry_run or final is None:

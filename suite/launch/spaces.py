@@ -112,6 +112,32 @@ class Tuning:
         own = own or _sobol(method.space, n, f"{self.grid}/{method.name}")
         return recipes + [{k: v for k, v in c.items() if k not in method.fixed} | o for c, o in zip(common, own)]
 
+    def to_record(self) -> dict:
+        """The protocol as tuning.json records it (suite/results/tuning_record.py)."""
+        record = {
+            "grid": self.grid,
+            "trials": self.trials,
+            "rounds": [{k: v for k, v in vars(r).items() if v is not None} for r in self.rounds],
+            "tuning_seeds": self.tuning_seeds,
+            "final_seeds": self.final_seeds,
+            "methods": {
+                m.name: {
+                    "fixed": m.fixed,
+                    "space": {k: _recorded(v) for k, v in m.space.items()},
+                    "baseline": m.baseline,
+                    **({"recipes": m.recipes} if m.recipes else {}),
+                }
+                for m in self.methods
+            },
+        }
+        if self.version is not None:
+            record["version"] = self.version
+        if self.shared:  # the fair fight: the spaces every method shares
+            record["shared"] = {k: _recorded(v) for k, v in self.shared.items()}
+        if self.race:
+            record["race"] = True
+        return record
+
     def space_of(self, method: Method) -> dict:
         """Every setting the method searches, and its space."""
         return {k: v for k, v in self.shared.items() if k not in method.fixed} | method.space
@@ -318,6 +344,11 @@ def _draw(dims: int, n: int, name: str) -> list[list[float]]:
 
     seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
     return torch.quasirandom.SobolEngine(dims, scramble=True, seed=seed).draw(n, dtype=torch.float64).tolist()
+
+
+def _recorded(space):
+    """A space as a grid file writes it: a list, or { kind = [lo, hi] }."""
+    return space if isinstance(space, list) else {space[0]: [space[1], space[2]]}
 
 
 def natural(value) -> bool:

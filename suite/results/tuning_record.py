@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from suite.results.rundir import UnreadableFile, read_json, write_json
 
@@ -15,38 +14,13 @@ from suite.results.rundir import UnreadableFile, read_json, write_json
 # A method is added to a board (`suite tune --add`) only at the protocol its baselines were run at.
 PROTOCOL = 2
 
-if TYPE_CHECKING:  # what `suite tune` hands the writer; the reader needs neither
-    from suite.launch.grid import Grid
-    from suite.launch.spaces import Tuning
 
-
-def write_record(path: Path, grid: Grid, tuning: Tuning, chosen: list[dict], cells: dict[str, dict]) -> None:
-    """tuning.json beside the final runs: what the leaderboard shows of the tuning, and the base cells'
-    specs by name (what a method added later runs on). The choices and cells of another experiment
-    tuned into the same root are kept when the budget, seeds and methods are the same."""
-    record = {
-        "grid": grid.name,
-        "protocol": PROTOCOL,
-        "trials": tuning.trials,
-        "rounds": [{k: v for k, v in vars(r).items() if v is not None} for r in tuning.rounds],
-        "tuning_seeds": tuning.tuning_seeds,
-        "final_seeds": tuning.final_seeds,
-        "methods": {
-            m.name: {
-                "fixed": m.fixed,
-                "space": {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in m.space.items()},
-                "baseline": m.baseline,
-                **({"recipes": m.recipes} if m.recipes else {}),
-            }
-            for m in tuning.methods
-        },
-    }
-    if tuning.version is not None:
-        record["version"] = tuning.version
-    if tuning.shared:  # the fair fight: the spaces every method shares, drawn as common points
-        record["shared"] = {k: v if isinstance(v, list) else {v[0]: [v[1], v[2]]} for k, v in tuning.shared.items()}
-    if tuning.race:
-        record["race"] = True
+def write_record(path: Path, protocol: dict, chosen: list[dict], cells: dict[str, dict]) -> None:
+    """tuning.json beside the final runs: the protocol (suite.launch.spaces.Tuning.to_record: what the
+    leaderboard shows of the tuning), the choices, and the base cells' specs by name (what a method added
+    later runs on). The choices and cells of another experiment tuned into the same root are kept when
+    the protocol is the same."""
+    record = {"grid": protocol["grid"], "protocol": PROTOCOL} | protocol
     old = record_of(path.parent)
     new_keys = {(c["cell"], c["method"]) for c in chosen}
     if old is not None and all(old.get(k) == v for k, v in record.items()):
