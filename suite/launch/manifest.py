@@ -32,7 +32,7 @@ from suite.specs.spec import shared
 FULL = 4  # a chunk's exit code when the machine failed it (a full disk): every cell after would meet it too
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
 # The local backend's worker processes share the cores: one torch thread each, and OpenMP threads
-# that sleep while they wait (busy-waiting beside other runs made small steps 7-14x slower).
+# that sleep while they wait, so that no worker spins on a core another one needs.
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 

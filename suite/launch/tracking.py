@@ -43,8 +43,8 @@ from suite.results.rundir import check_writable, write_atomic
 from suite.specs.spec import cell_id, spec_id
 
 ID_FILE = "wandb_id.txt"
-# Seconds W&B may take to reach its server before a run falls back to offline (W&B's own default
-# is 90, and with retries a run without network waited ~107 s before failing).
+# Seconds W&B may take to reach its server before a run falls back to offline: W&B's own default
+# (90 s, then retries) would stall every run of a machine without network.
 INIT_TIMEOUT_S = float(os.environ.get("SUITE_WANDB_INIT_TIMEOUT", 15))
 _online_failed = False  # once online failed in this process, later runs go offline at once
 MODES = ("off", "offline", "online")
