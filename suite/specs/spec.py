@@ -79,8 +79,13 @@ def resolve(
         targets = [kind] if kind else [k for k in params if bare in params[k]]
         if not targets or bare not in params[targets[0]]:
             known = sorted({k for kind_params in ([params[kind]] if kind else params.values()) for k in kind_params})
-            where = f"the {kind} '{spec[kind].get('name', kind)}'" if kind else "no chosen component"
-            raise SuiteError(f"--set {key}: {where} takes '{bare}'{_closest(bare, known)}")
+            if not kind:
+                raise SuiteError(f"--set {key}: no chosen component takes '{bare}'{_closest(bare, known)}")
+            takes = f"it takes {', '.join(known)}" if known else "it takes no settings"
+            raise SuiteError(
+                f"--set {key}: the {kind} '{spec[kind].get('name', kind)}' does not take '{bare}'"
+                f"{_closest(bare, known)}; {takes}"
+            )
         for kind_ in targets:
             spec[kind_][bare] = params[kind_][bare].check(value)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < INT_LIMIT:
