@@ -41,7 +41,7 @@ from suite.engine.plan import stacks
 from suite.engine.train import resolve_device, train_step
 from suite.engine.updates import optimizer_and_filter
 from suite.errors import SuiteError
-from suite.results.rundir import read_json, rng_states, set_rng_states, writable_dir, write_json
+from suite.results.rundir import cannot_write, read_json, rng_states, set_rng_states, writable_dir, write_json
 from suite.specs.contracts import ParamGroups
 from suite.specs.spec import spec_id
 
@@ -224,4 +224,4 @@ def _write(path: Path, report: dict) -> None:
     try:
         write_json(path, report)
     except OSError as err:
-        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
+        raise cannot_write(path, err) from None

@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-from suite.errors import SuiteError
+from suite.errors import FAULTS, SuiteError
 from suite.results.result import has_full_spec
 
 CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
@@ -85,12 +85,20 @@ def check_writable(path: Path) -> None:
         raise SuiteError(f"cannot write to {path}: File name too long (a name over {longest} bytes)")
 
 
+def cannot_write(path: Path, err: OSError) -> Exception:
+    """What to raise for a write to path that failed: the machine's fault (a full disk) stays an
+    OSError naming the file (exit 1), any other reason is a path that cannot be used (exit 2)."""
+    if err.errno in FAULTS:
+        return OSError(err.errno, err.strerror, str(path))
+    return SuiteError(f"cannot write to {path}: {err.strerror or err}")
+
+
 def writable_dir(path: Path) -> Path:
-    """Create the directory path (and its parents), or raise SuiteError saying why it cannot be."""
+    """Create the directory path (and its parents), or raise saying why it cannot be (cannot_write)."""
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
+        raise cannot_write(path, err) from None
     return Path(path)
 
 
@@ -125,7 +133,7 @@ class RunDir:
         try:
             self._lock = open(self.path / ".lock", "a")
         except OSError as err:
-            raise SuiteError(f"cannot write to {self.path}: {err.strerror or err}") from None
+            raise cannot_write(self.path / ".lock", err) from None
         self._made = made
         for _ in range(tries):
             try:
