@@ -400,6 +400,12 @@ GRID_VALUES = {  # kind -> (grid file text, what the line says)
         "takes tokens inputs, but task 'polygons' gives image",
     ),
     "an unknown slurm key": ("[fixed]\np = 11\n[slurm]\nqueue = 'gpu'\n", "unknown key 'queue'"),
+    "an experiment named by a number": ("[fixed]\np = 11\n[[experiment]]\nname = 5\n", "an experiment's name is text"),
+    "an experiment named by nothing": ('[fixed]\np = 11\n[[experiment]]\nname = " "\n', "an experiment's name is text"),
+    "10^8 cells": (  # counted from the axes, refused before one cell is built
+        "[axes]\n" + "".join(f"{key} = {list(range(1, 101))}\n" for key in ("seed", "p", "d", "hidden")),
+        "up to 100,000,000 cells",
+    ),
 }
 
 
