@@ -92,6 +92,7 @@ def _add(args, root: Path) -> int:
 
     adding.check_root(root, args.against)
     record, board_runs = adding.board_record(args.against)
+    adding.check_board(record, board_runs)
     # the board's methods, those added into this root before and the new ones: tuning.json's
     board = adding.protocol(record, args.add, adding.earlier_methods(record, root / "final"))
     tuning = adding.only_new(board, record)
@@ -100,7 +101,7 @@ def _add(args, root: Path) -> int:
 
     def write(chosen):
         adding.link_board_runs(board_runs, root / "final")
-        write_record(root / "final" / "tuning.json", g, board, record["chosen"] + chosen, record["cells"])
+        write_record(root / "final" / "tuning.json", g, board, record["chosen"] + chosen, record["cells"], adding=True)
 
     code, final = _phases(args, g, tuning, root, write)
     if code or args.dry_run or final is None:
