@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -63,11 +64,23 @@ def write_json(path: Path, obj) -> None:
     write_atomic(path, json.dumps(obj, indent=2) + "\n")
 
 
+def read_text(path: Path, errors: str = "strict") -> str:
+    """A file's text. UnreadableFile (one line) for anything but a regular file: a FIFO would keep
+    its reader waiting forever, a device might never end. Opened without blocking, then looked at."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableFile(f"{path} is not a regular file; the suite reads only files it could have written")
+        return f.read().decode(errors=errors)
+
+
 def read_json(path: Path):
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(read_text(path))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UnreadableFile(f"{path} is not valid JSON ({err}); delete it if it is damaged") from None
+    except RecursionError:  # thousands of nested brackets: no file the suite writes
+        raise UnreadableFile(f"{path} is nested too deep to be a file of this suite; delete it if damaged") from None
 
 
 def check_writable(path: Path) -> None:
@@ -235,12 +248,12 @@ class RunDir:
         path = self.path / "metrics.jsonl"
         if not path.exists():
             return []
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        lines = [line for line in read_text(path).splitlines() if line.strip()]
         records = []
         for i, line in enumerate(lines):
             try:
                 records.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 if i < len(lines) - 1:
                     raise UnreadableFile(
                         f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
