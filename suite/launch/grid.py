@@ -40,7 +40,7 @@ from typing import Any
 from suite.errors import SuiteError
 from suite.specs.cell import GRID_NAME, Cell
 from suite.specs.registry import _closest
-from suite.specs.spec import DEFAULTS, default_run_dir, resolve
+from suite.specs.spec import DEFAULTS, default_run_dir, refuse_loaded_code, resolve
 
 KINDS = tuple(DEFAULTS)  # task, model, opt, sampler, filter
 MAX_CELLS = 100_000  # past this a grid file is a slip (an axis too many), and building its cells alone takes hours
@@ -263,6 +263,7 @@ def _cell(assignment: dict, cell_axes: dict, origin: dict, where: str) -> Cell:
         spec = resolve(choices, settings, assignment.get("seed", 0))
     except SuiteError as err:
         raise SuiteError(f"{where}: cell [{label or 'fixed'}]: {str(err).removeprefix('--set ')}") from None
+    refuse_loaded_code(spec, f"{where}: cell [{label or 'fixed'}]")
     return Cell(spec, default_run_dir(spec, origin["root"]), label, origin["grid"], origin["experiment"])
 
 

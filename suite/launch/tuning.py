@@ -55,7 +55,7 @@ from suite.launch.grid import KINDS, Grid
 from suite.launch.spaces import Method, Tuning, natural
 from suite.results.rundir import RunDir, UnreadableFile, read_json
 from suite.specs.cell import Cell
-from suite.specs.spec import default_run_dir, resolve, spec_id
+from suite.specs.spec import default_run_dir, refuse_loaded_code, resolve, spec_id
 
 WATCH = 2  # under shared spaces, final runs are watched at least WATCH x hold past their grok step
 
@@ -67,7 +67,7 @@ def spec_for(base: dict, method: Method, point: dict, seed: int, where: str) -> 
     keep = ["task", "model", "train"] + (["sampler"] if "sampler" not in choices else [])
     base_settings = {f"{kind}.{k}": v for kind in keep for k, v in base[kind].items() if k != "name"}
     try:
-        return resolve(
+        spec = resolve(
             {
                 "task": base["task"]["name"],
                 "model": base["model"]["name"],
@@ -79,6 +79,8 @@ def spec_for(base: dict, method: Method, point: dict, seed: int, where: str) -> 
         )
     except SuiteError as err:
         raise SuiteError(f"{where}: method '{method.name}': {err}") from None
+    refuse_loaded_code(spec, f"{where}: method '{method.name}'")
+    return spec
 
 
 def check_cells(grid: Grid, tuning: Tuning) -> None:

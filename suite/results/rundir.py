@@ -238,7 +238,15 @@ class RunDir:
         """code.json: the code identity of the run's components (suite/specs/code.py); None for a
         run made before it was recorded, or none made yet."""
         path = self.path / CODE
-        return read_json(path) if path.exists() else None
+        if not path.exists():
+            return None
+        code = read_json(path)
+        if not (isinstance(code, dict) and all(map(_code_entry, code.values()))):
+            raise UnreadableFile(
+                f"{path} is not a code record of this suite (per component: module, source_sha256); "
+                "delete the run dir to run it again"
+            )
+        return code
 
     def discard(self) -> None:
         """Remove the run folder and all it holds: a run made by other code, to run again."""
@@ -319,6 +327,14 @@ class RunDir:
     def drop_checkpoints(self) -> None:
         for name in (CHECKPOINT, PREVIOUS):
             (self.path / name).unlink(missing_ok=True)
+
+
+def _code_entry(entry) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("module"), str)
+        and isinstance(entry.get("source_sha256"), str | None)
+    )
 
 
 def rng_states(device) -> dict:

@@ -96,6 +96,33 @@ def resolve(
     return spec
 
 
+# Settings that, on, let a component run code it loads (a transformers model folder's own Python).
+# Only the person at the keyboard turns one on, with a flag of the command they type (`run --set
+# trust_remote_code=true`); a file never does: a spec.json under `run --like`, a grid file, a method
+# file or a board's tuning.json, a manifest.
+CODE_SETTINGS = ("trust_remote_code",)
+
+
+def runs_loaded_code(spec: dict) -> list[str]:
+    """The spec's CODE_SETTINGS that are on, as kind.key."""
+    return [
+        f"{kind}.{key}"
+        for kind, part in spec.items()
+        if isinstance(part, dict)
+        for key in CODE_SETTINGS
+        if part.get(key) is True
+    ]
+
+
+def refuse_loaded_code(spec: dict, where: str) -> None:
+    """One line if a spec read from a file would let a component run code it loads (CODE_SETTINGS)."""
+    if on := runs_loaded_code(spec):
+        raise SuiteError(
+            f"{where}: {on[0]} = true would run the code of the model's folder, and only a flag you type "
+            f"grants that, never a file: run the cell with `python -m suite run ... --set {on[0]}=true` if you trust it"
+        )
+
+
 def model_opt_defaults(model: str, opt: str) -> dict[str, Any]:
     """The settings `model`'s own recipe trains it with under optimizer `opt` ("opt.lr": ..., "train.*": ...)."""
     return ALL["model"].get(model).info.get("opt_defaults", {}).get(opt, {})
