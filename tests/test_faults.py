@@ -130,7 +130,7 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, 
     code = main(args)
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and lines[-1].startswith("error: ") and "No space left on device" in lines[-1]
-    assert lines[-1].split(": ")[1].endswith((".json", ".jsonl", ".csv", ".parquet", ".pt"))  # the file it names
+    assert lines[-1].split(": ")[1].endswith((".json", ".jsonl", ".csv", ".parquet", ".pt", ".txt"))  # the file named
     assert not list(tmp_path.rglob(".*.tmp"))  # no torn or temporary file left
 
 
