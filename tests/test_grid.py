@@ -311,3 +311,12 @@ def test_two_workers_share_the_seeds_of_one_cell(tmp_path, capsys):
     chunks = json.loads(manifest.read_text())["chunks"]
     assert sorted(len(group) for chunk in chunks for group in chunk) == [2, 3] and len(chunks) == 2
     assert "5 cells in 2 processes" in capsys.readouterr().err
+
+
+def test_a_dry_run_estimates_its_cost_from_measured_step_costs(tmp_path, capsys):
+    (tmp_path / "g.toml").write_text(TINY_FIXED + '[axes]\nseed = [0, 1]\nopt = ["adam", "sgd"]\n')
+    args = ["grid", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--dry-run", "--workers", "2"]
+    assert main(args) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("estimate:")]
+    assert "for 4 runs, each to its budget" in line and "on --workers 2" in line and "2 model/optimizer shapes" in line
+    assert not (tmp_path / "runs").exists()

@@ -293,3 +293,19 @@ def test_a_damaged_finished_tuning_run_is_one_line_naming_the_file_not_a_failure
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 2
     (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert str(damaged) in error and not (root / "final").exists()
+
+
+def test_a_dry_run_estimates_the_whole_tune_from_measured_step_costs_and_says_when_the_race_cannot_help(
+    tmp_path, capsys, monkeypatch
+):
+    from suite.bench import cost
+
+    measured = []
+    real = cost.measure
+    monkeypatch.setattr(cost, "measure", lambda spec, *a, **k: measured.append(spec) or real(spec, *a, **k))
+    (tmp_path / "g.toml").write_text(TINY_FIXED + ONE_POINT.replace("trials = 1", "trials = 1\nrace = true"))
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "up to" in err and "for 6 runs, each to its budget" in err  # 1 trial x 1 tuning seed + 5 final seeds
+    assert "the race cannot help: a search of one trial has no rival" in err
+    assert len(measured) == 1 and not (tmp_path / "runs").exists()  # one shape, measured; nothing written

@@ -61,7 +61,31 @@ def run(args) -> int:
     )
     if not code and _done(args, final):
         _cost(args, tuning, root / "final")
+    if not code and args.dry_run and args.backend == "local":
+        _estimate(args, g, tuning)
     return code
+
+
+def _estimate(args, g, tuning) -> None:
+    """A dry run's cost of the whole tune: every trial on every tuning seed and the final seeds, per
+    cell and method, each to its budget (suite/commands/grid.py's cost_line), and what the race does."""
+    from suite.commands.grid import cost_line
+    from suite.launch.tuning import spec_for
+
+    runs_each = tuning.trials * len(tuning.tuning_seeds) + len(tuning.final_seeds)
+    runs = [
+        (spec_for(cell.spec, m, tuning.points(m)[0], tuning.tuning_seeds[0], str(g.path)), runs_each)
+        for cell in g.cells
+        for m in tuning.methods
+    ]
+    print(f"the whole tune, {len(tuning.methods)} method(s) x {len(g.cells)} cell(s):", file=sys.stderr)
+    print(cost_line(runs, args.workers), file=sys.stderr)
+    if not tuning.race:
+        print("race = false: every tuning trial runs until it holds the target or its budget ends", file=sys.stderr)
+    elif tuning.trials < 2:
+        print("the race cannot help: a search of one trial has no rival to stop it against", file=sys.stderr)
+    else:
+        print("the race stops a trial once a rival's finished median beats what it can still reach", file=sys.stderr)
 
 
 def _done(args, final) -> bool:
@@ -104,6 +128,8 @@ def _add(args, root: Path) -> int:
         write_record(root / "final" / "tuning.json", g, board, record["chosen"] + chosen, record["cells"], adding=True)
 
     code, final = _phases(args, g, tuning, root, write)
+    if not code and args.dry_run and args.backend == "local":
+        _estimate(args, g, tuning)
     if code or args.dry_run or final is None:
         return code
     if not _done(args, final):
