@@ -4,6 +4,7 @@ files never written."""
 
 import hashlib
 import json
+import math
 import shutil
 import textwrap
 
@@ -11,6 +12,7 @@ import pytest
 from conftest import PARITY_FIXED
 
 from suite.cli import main
+from suite.errors import SuiteError
 
 BOARD = (
     'name = "board"\n'
@@ -197,3 +199,22 @@ def test_two_adds_into_one_root_at_once_both_stay_in_its_record(committed, tmp_p
     record = json.loads((tmp_path / "r" / "final" / "tuning.json").read_text())
     assert set(record["methods"]) == {"adamw", "mine", "other"}
     assert {c["method"] for c in record["chosen"]} == {"adamw", "mine", "other"}
+
+
+def test_a_board_whose_search_failed_in_a_cell_is_accepted_without_final_runs_there(committed):
+    """A failed search (no trial reached the target on a tuning seed) ran no final seeds: its record
+    says final_runs = [], and that agrees with the protocol."""
+    from suite.launch.adding import check_board
+    from suite.launch.tuning import best_of
+    from suite.results.tuning_record import record_of
+
+    record = record_of(committed / "runs")
+    choice = record["chosen"][0]
+    for trial in choice["tried"]:
+        trial["times"], trial["median_time"] = [math.inf] * len(trial["times"]), math.inf
+    winner = best_of(choice["tried"])
+    choice |= {"chosen": winner["point"], "settings": winner["settings"], "final_runs": []}
+    check_board(record, committed / "runs")  # no line: the record and the runs agree
+    choice["final_runs"] = ["0" * 12]
+    with pytest.raises(SuiteError, match="its final runs are not the chosen point's"):
+        check_board(record, committed / "runs")
