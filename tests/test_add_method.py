@@ -4,6 +4,7 @@ files never written."""
 
 import hashlib
 import json
+import math
 import shutil
 import textwrap
 
@@ -11,6 +12,7 @@ import pytest
 from conftest import PARITY_FIXED
 
 from suite.cli import main
+from suite.errors import SuiteError
 
 BOARD = (
     'name = "board"\n'
@@ -117,3 +119,102 @@ def test_a_board_made_at_another_protocol_or_a_taken_name_is_refused_in_one_line
     assert main(args + ["--against", str(committed), "--root", str(committed / "mine")]) == 2
     assert "overlaps the board" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def _edited(record: dict, edit: str) -> dict:
+    """The board's record with one edit a hostile or careless hand makes."""
+    record = json.loads(json.dumps(record))
+    if edit == "trials":
+        record["trials"], record["rounds"][0]["trials"] = 2, 2
+    elif edit == "final seeds":
+        record["final_seeds"] = [0, 1, 2, 3, 5]
+    elif edit == "a cell's budget":
+        next(iter(record["cells"].values()))["train"]["steps"] = 50
+    elif edit == "a shared range":
+        record["shared"]["lr"] = {"log": [0.001, 0.3]}
+    elif edit in ("a grid name that climbs out", "a grid name that is a path"):
+        record["grid"] = "../../x" if "climbs" in edit else "/tmp/x"
+    return record
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ("trials", "holds 3 trials where the protocol runs 2"),
+        ("final seeds", "its final runs are not the chosen point's on the final seeds"),
+        ("a cell's budget", "its final runs are not the chosen point's"),
+        ("a shared range", "trial 0 is not the point its round draws"),
+        ("a grid name that climbs out", "is not a tuning record of this suite"),
+        ("a grid name that is a path", "is not a tuning record of this suite"),
+    ],
+)
+def test_a_board_whose_record_was_edited_is_refused_in_one_line_and_nothing_is_written(
+    committed, tmp_path, capsys, edit, says
+):
+    board = tmp_path / "board"
+    shutil.copytree(committed, board)
+    record = json.loads((board / "runs" / "tuning.json").read_text())
+    (board / "runs" / "tuning.json").write_text(json.dumps(_edited(record, edit)))
+    (tmp_path / "mine.toml").write_text(MINE)
+    root = tmp_path / "deep" / "er" / "r"
+    args = ["tune", "--add", str(tmp_path / "mine.toml"), "--against", str(board), "--root", str(root)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("damage", ["every final run deleted", "one final run deleted", "made by other code"])
+def test_a_board_whose_runs_do_not_match_its_record_is_refused_in_one_line(committed, tmp_path, capsys, damage):
+    board = tmp_path / "board"
+    shutil.copytree(committed, board)
+    results = sorted((board / "runs").rglob("result.json"))
+    if damage == "made by other code":
+        for result in results:  # as another version of the task's module would have recorded it
+            code = json.loads((result.parent / "code.json").read_text())
+            code["task"]["source_sha256"] = "0" * 64
+            (result.parent / "code.json").write_text(json.dumps(code))
+    for result in results if damage == "every final run deleted" else results[:1] if "one" in damage else []:
+        shutil.rmtree(result.parent)
+    (tmp_path / "mine.toml").write_text(MINE)
+    args = ["tune", "--add", str(tmp_path / "mine.toml"), "--against", str(board), "--root", str(tmp_path / "r")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    says = "was made by other code of task" if damage == "made by other code" else "is missing or unfinished"
+    assert len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_two_adds_into_one_root_at_once_both_stay_in_its_record(committed, tmp_path, monkeypatch):
+    """The second add read the root's record before the first wrote its choice (they ran at once):
+    the record it writes keeps the first one's method and choice beside its own."""
+    from suite.launch import adding
+
+    (tmp_path / "mine.toml").write_text(MINE)
+    (tmp_path / "other.toml").write_text(MINE.replace("methods.mine", "methods.other").replace("30]", "3]"))
+    args = ["--against", str(committed), "--root", str(tmp_path / "r"), "--workers", "2"]
+    assert main(["tune", "--add", str(tmp_path / "mine.toml"), *args]) == 0
+    monkeypatch.setattr(adding, "earlier_methods", lambda record, final: {})  # as if it started first
+    assert main(["tune", "--add", str(tmp_path / "other.toml"), *args]) == 0
+    record = json.loads((tmp_path / "r" / "final" / "tuning.json").read_text())
+    assert set(record["methods"]) == {"adamw", "mine", "other"}
+    assert {c["method"] for c in record["chosen"]} == {"adamw", "mine", "other"}
+
+
+def test_a_board_whose_search_failed_in_a_cell_is_accepted_without_final_runs_there(committed):
+    """A failed search (no trial reached the target on a tuning seed) ran no final seeds: its record
+    says final_runs = [], and that agrees with the protocol."""
+    from suite.launch.adding import check_board
+    from suite.launch.tuning import best_of
+    from suite.results.tuning_record import record_of
+
+    record = record_of(committed / "runs")
+    choice = record["chosen"][0]
+    for trial in choice["tried"]:
+        trial["times"], trial["median_time"] = [math.inf] * len(trial["times"]), math.inf
+    winner = best_of(choice["tried"])
+    choice |= {"chosen": winner["point"], "settings": winner["settings"], "final_runs": []}
+    check_board(record, committed / "runs")  # no line: the record and the runs agree
+    choice["final_runs"] = ["0" * 12]
+    with pytest.raises(SuiteError, match="its final runs are not the chosen point's"):
+        check_board(record, committed / "runs")

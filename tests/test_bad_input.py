@@ -162,6 +162,11 @@ RUN_DIR_FILES = {  # kind -> (files in the run dir, what the line says)
     "empty result.json of a run": ({"result_json": b""}, "result.json is not valid JSON"),
     "result.json that is not a result": ({"result_json": b"[1, 2]"}, "is not a result"),
     "corrupt spec.json": ({"spec_json": b'{"task": '}, "spec.json is not valid JSON"),
+    "code.json that is a list": ({"code_json": b"[1, 2]"}, "code.json is not a code record of this suite"),
+    "code.json whose entry is text": (
+        {"code_json": b'{"opt": "adam"}', "checkpoint_pt": checkpoint_bytes({"step": 10})},
+        "code.json is not a code record of this suite",
+    ),
     "metrics damaged mid-file": (
         {"metrics_jsonl": b'{"step": 0}\nGARBAGE\n{"step": 20}\n', "checkpoint_pt": checkpoint_bytes({"step": 10})},
         "line 2 is not valid JSON",
@@ -400,6 +405,12 @@ GRID_VALUES = {  # kind -> (grid file text, what the line says)
         "takes tokens inputs, but task 'polygons' gives image",
     ),
     "an unknown slurm key": ("[fixed]\np = 11\n[slurm]\nqueue = 'gpu'\n", "unknown key 'queue'"),
+    "an experiment named by a number": ("[fixed]\np = 11\n[[experiment]]\nname = 5\n", "an experiment's name is text"),
+    "an experiment named by nothing": ('[fixed]\np = 11\n[[experiment]]\nname = " "\n', "an experiment's name is text"),
+    "10^8 cells": (  # counted from the axes, refused before one cell is built
+        "[axes]\n" + "".join(f"{key} = {list(range(1, 101))}\n" for key in ("seed", "p", "d", "hidden")),
+        "up to 100,000,000 cells",
+    ),
 }
 
 
@@ -528,3 +539,60 @@ def test_a_misspelled_flag_or_value_is_one_line_not_the_usage_block(tmp_path, ca
     lines = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and MISSPELLED[args] in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def _like_folder(tmp_path, edit) -> str:
+    """A run folder whose spec.json is tiny_spec() after an edit."""
+    spec = tiny_spec()
+    edit(spec)
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    write_json(folder / "spec.json", spec)
+    return str(folder)
+
+
+LIKE_SPECS = {  # kind -> (edit of the spec, what the line says)
+    "no seed": (lambda s: s.pop("seed"), "is not a spec of this suite (a task, a model and a seed)"),
+    "a seed that is text": (lambda s: s.update(seed="../../x"), "seed must be a non-negative integer"),
+    "a task that is a list": (lambda s: s.update(task=[1]), "is not a spec of this suite"),
+    "an optimizer named by a number": (lambda s: s["opt"].update(name=3), "opt names no component"),
+    "a setting of the wrong type": (lambda s: s["task"].update(p="many"), "is not a spec this suite runs: p="),
+    "a setting the component lacks": (lambda s: s["opt"].update(evil=1), "does not take 'evil'"),
+}
+
+
+@pytest.mark.parametrize("kind", LIKE_SPECS)
+def test_a_damaged_spec_under_run_like_is_one_line_naming_it(tmp_path, capsys, kind):
+    edit, message = LIKE_SPECS[kind]
+    line = refused(capsys, "run", "--like", _like_folder(tmp_path, edit), "--out", tmp_path / "mine")
+    assert message in line and "--like" in line
+    assert not (tmp_path / "mine").exists()
+
+
+def test_run_like_never_lets_a_file_run_a_model_s_code(tmp_path, capsys, monkeypatch):
+    """A spec.json from someone else's folder that names a local transformers model with
+    trust_remote_code on: the model's Python would run. Refused unless this command's own flag says so
+    (the model is never built here: the refusal comes before anything loads)."""
+    spec = resolve({"task": "number_probe", "model": "hf"}, {"path": str(tmp_path), "trust_remote_code": True})
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    write_json(folder / "spec.json", spec)
+    monkeypatch.setattr("suite.models.pretrained.load", lambda *a, **k: pytest.fail("the model was loaded"))
+    line = refused(capsys, "run", "--like", folder, "--out", tmp_path / "mine")
+    assert "model.trust_remote_code = true" in line and "--set model.trust_remote_code=true" in line
+    assert not (tmp_path / "mine").exists()
+    from suite.cli import make_parser
+    from suite.commands.run import resolve_specs
+
+    for flag in ("trust_remote_code=true", "model.trust_remote_code=true"):
+        args = make_parser().parse_args(["run", "--like", str(folder), "--set", flag])
+        assert resolve_specs(args)[0]["model"]["trust_remote_code"] is True  # said on the command: granted
+
+
+def test_a_grid_file_never_lets_a_model_run_its_code(tmp_path, capsys):
+    (tmp_path / "g.toml").write_text(
+        '[fixed]\ntask = "number_probe"\nmodel = "hf"\npath = "models/x"\ntrust_remote_code = true\n'
+    )
+    line = refused(capsys, "grid", tmp_path / "g.toml", "--dry-run", "--root", tmp_path / "runs")
+    assert "model.trust_remote_code = true would run the code of the model's folder" in line
+    assert not (tmp_path / "runs").exists()

@@ -142,15 +142,42 @@ def test_probe_scores_are_rows_joined_to_their_run(root):
     pd.testing.assert_frame_equal(pd.read_csv(root.parent / "probes" / "probes.csv"), probes, check_dtype=False)
 
 
-def test_the_readme_snippet_reads_an_export(root, monkeypatch, capsys):
+def test_the_readme_snippet_reads_an_export_that_holds_a_run_that_grokked_and_one_that_failed(
+    root, tmp_path, monkeypatch, capsys
+):
+    from test_leaderboard_embedding import write_run
+
     readme = (REPO / "README.md").read_text()
     code = readme.split("<!-- export -->")[1].split("```python")[1].split("```")[0]
-    main(["export", str(root)])
-    monkeypatch.chdir(root.parent)
+    runs = tmp_path / "runs"
+    shutil.copytree(root, runs)
+    write_run(runs / "more", 0, opt="sgd", grok_step=300)
+    write_run(runs / "more", 1, opt="sgd", grok_step=None)  # grok_step is then an integer column with a gap
+    main(["export", str(runs)])
+    monkeypatch.chdir(tmp_path)
     scope = {}
     exec(code, scope)
     assert {"a", "deeper/b"} < set(scope["val_acc"]["run"]) and "seed" in scope["val_acc"]
-    assert "adamlr" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "adamlr" in out and "sgd" in out
+    assert scope["runs"]["grok_step"].dtype == "Int64" and {300.0, float("inf")} <= set(scope["t"])
+
+
+def test_an_export_never_overwrites_a_table_it_did_not_write(root, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "runs.csv").write_text("the user's own table\n")
+    assert main(["export", str(root), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out / 'runs.csv'} exists and was not written by an export" in err[0]
+    assert sorted(p.name for p in out.iterdir()) == ["runs.csv"] and (out / "runs.csv").read_text().startswith("the")
+    again = tmp_path / "again"  # its own tables an export writes again, and one it no longer writes goes
+    assert main(["export", str(root), "--out", str(again)]) == 0
+    assert (again / "probes.csv").exists()
+    only_trained = tmp_path / "trained"
+    shutil.copytree(root, only_trained, ignore=shutil.ignore_patterns("probe"))
+    assert main(["export", str(only_trained), "--out", str(again)]) == 0
+    assert not (again / "probes.csv").exists() and (again / "runs.csv").exists()
 
 
 def test_nothing_to_export_is_one_line_and_exit_2(tmp_path, capsys):

@@ -41,6 +41,7 @@ def test_the_core_trains_boards_and_exports_without_any_extra(tmp_path):
             ["run", "--task", "zipf_text", "--model", "transformer", "--set=train.steps=20", "--set=eval_every=10"],
         ),
         ("wandb", ["run", "--set=train.steps=20", *TINY, "--wandb", "offline"]),
+        ("schedulefree", ["run", "--opt", "schedulefree_adamw", "--set=train.steps=20", *TINY]),
     ],
 )
 def test_a_command_that_needs_a_missing_extra_names_it_in_one_line_and_writes_nothing(tmp_path, extra, args):
@@ -64,6 +65,7 @@ def test_the_core_requirements_leave_the_extras_out_and_all_holds_every_extra():
     names = {req.split("[")[0].split(">")[0].split("=")[0].split("<")[0] for req in project["dependencies"]}
     assert not names & {"wandb", "datasets", "transformers", "gguf", "scikit-learn", "accelerate"}
     extras = project["optional-dependencies"]
-    assert extras["all"] == ["grokking-suite[probe,text,wandb]"]
+    assert extras["all"] == ["grokking-suite[probe,text,wandb,schedulefree]"]
+    assert extras["schedulefree"] == ["schedulefree"] and "schedulefree" not in names
     assert {"wandb"} <= set(extras["wandb"]) and {"datasets"} <= set(extras["text"])
     assert {"transformers", "scikit-learn"} <= set(extras["probe"])

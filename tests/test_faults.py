@@ -113,7 +113,7 @@ def test_a_leaderboard_stopped_mid_write_runs_again_and_cleans_up(tmp_path, monk
     assert sorted((out / "generated.txt").read_text().split()) == sorted(files)
 
 
-@pytest.mark.parametrize("command", ["run", "export", "grid"])
+@pytest.mark.parametrize("command", ["run", "export", "grid", "bench"])
 def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
     if command == "export":
@@ -125,11 +125,12 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, 
 
     monkeypatch.setattr(rundir.os, "fsync", full)
     args = {"run": ["run", *ARGS, "--out", "full"], "export": ["export", "runs", "--out", "table"],
-            "grid": ["grid", "g.toml", "--root", "runs2"]}[command]  # fmt: skip
+            "grid": ["grid", "g.toml", "--root", "runs2"],
+            "bench": ["bench", "--quick", "--out", "b.json"]}[command]  # fmt: skip
     code = main(args)
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and lines[-1].startswith("error: ") and "No space left on device" in lines[-1]
-    assert lines[-1].split(": ")[1].endswith((".json", ".jsonl", ".csv", ".parquet", ".pt"))  # the file it names
+    assert lines[-1].split(": ")[1].endswith((".json", ".jsonl", ".csv", ".parquet", ".pt", ".txt"))  # the file named
     assert not list(tmp_path.rglob(".*.tmp"))  # no torn or temporary file left
 
 

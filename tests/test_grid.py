@@ -300,3 +300,23 @@ def test_outcome_line_of_a_cell_without_milestones(tmp_path):
     )
     line = _outcome_line(1, 2, "done", cell.under(tmp_path), "cell.log")
     assert line.endswith("[model=minilm]  numbers: ordered layer 3  letters: ordered layer none  31.2 s")
+
+
+def test_two_workers_share_the_seeds_of_one_cell(tmp_path, capsys):
+    # five seeds of one cell are one group at --ensemble 8: one process, and the other worker idle
+    # (a tune's final seeds, its longest phase); they split into groups of an even share instead
+    (tmp_path / "g.toml").write_text(TINY_FIXED + "[axes]\nseed = [0, 1, 2, 3, 4]\n")
+    assert main(["grid", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--workers", "2"]) == 0
+    (manifest,) = (tmp_path / "runs" / "grids").rglob("manifest.json")
+    chunks = json.loads(manifest.read_text())["chunks"]
+    assert sorted(len(group) for chunk in chunks for group in chunk) == [2, 3] and len(chunks) == 2
+    assert "5 cells in 2 processes" in capsys.readouterr().err
+
+
+def test_a_dry_run_estimates_its_cost_from_measured_step_costs(tmp_path, capsys):
+    (tmp_path / "g.toml").write_text(TINY_FIXED + '[axes]\nseed = [0, 1]\nopt = ["adam", "sgd"]\n')
+    args = ["grid", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--dry-run", "--workers", "2"]
+    assert main(args) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("estimate:")]
+    assert "for 4 runs, each to its budget" in line and "on --workers 2" in line and "2 model/optimizer shapes" in line
+    assert not (tmp_path / "runs").exists()

@@ -81,7 +81,7 @@ def test_resolve_fills_every_default_and_routes_settings():
     [
         ({"nope": "1"}, "no chosen component takes 'nope'"),
         ({"lrr": "1"}, "did you mean 'lr'"),
-        ({"model.c": "1"}, "the model 'mlp' takes 'c'"),
+        ({"model.c": "1"}, "the model 'mlp' does not take 'c'; it takes d, embed_init, hidden, inputs"),
         ({"p": "x"}, "p takes int"),
         ({"split": "zigzag"}, "not one of"),
     ],

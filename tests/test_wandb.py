@@ -283,7 +283,10 @@ def test_dotted_flags_set_settings_and_bad_ones_are_refused(tmp_path, capsys):
     assert (spec["train"]["steps"], spec["train"]["eval_every"]) == (20, 10)
     capsys.readouterr()
     assert main(["run", "--opt.nosuch", "1", "--out", str(tmp_path / "bad")]) == 2
-    assert capsys.readouterr().err.strip() == "error: --set opt.nosuch: the opt 'adam' takes 'nosuch'"
+    assert capsys.readouterr().err.strip() == (
+        "error: --set opt.nosuch: the opt 'adam' does not take 'nosuch'; it takes betas, decoupled_weight_decay, eps, "
+        "lr, weight_decay"
+    )
     for leftover in (["--bogus", "1"], ["--opt.lr"], ["--opt.lr", "--train.steps=5"], ["1e-3"]):
         with pytest.raises(SystemExit) as stop:
             main(["run", *leftover, "--out", str(tmp_path / "bad")])

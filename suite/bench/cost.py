@@ -24,6 +24,7 @@ gradient and shrinks nothing by a fixed rate: coupled is true, decay_per_step No
 from __future__ import annotations
 
 import itertools
+import json
 import platform
 import statistics
 import time
@@ -41,7 +42,7 @@ from suite.engine.plan import stacks
 from suite.engine.train import resolve_device, train_step
 from suite.engine.updates import optimizer_and_filter
 from suite.errors import SuiteError
-from suite.results.rundir import read_json, rng_states, set_rng_states, writable_dir, write_json
+from suite.results.rundir import cannot_write, read_json, rng_states, set_rng_states, writable_dir, write_json
 from suite.specs.contracts import ParamGroups
 from suite.specs.spec import spec_id
 
@@ -89,6 +90,31 @@ def measure_all(
         report["specs"][name] = {"spec_id": ids[name]} | measure(specs[name], steps, warmup, device)
         _write(path, report)
     return report
+
+
+def estimate(runs: list[tuple[dict, int]], device: str = "cpu", steps: int = 3, warmup: int = 1) -> tuple[float, int]:
+    """Seconds of process time (one thread) that `count` runs of each spec take at most: each run to
+    its budget at the ms per step measured here, a few steps once per distinct shape (the task by
+    name, the model and sampler with their settings, the optimizer and filter by name, the precision:
+    what a step's cost mostly depends on). Returns the seconds and the number of shapes measured."""
+    per_step: dict[str, float] = {}
+    total = 0.0
+    for spec, count in runs:
+        shape = json.dumps(
+            [spec["task"]["name"], spec["model"], spec["sampler"], spec["opt"]["name"], spec["filter"]["name"],
+             spec["train"]["precision"]], sort_keys=True, default=str
+        )  # fmt: skip
+        if shape not in per_step:
+            per_step[shape] = measure(spec, steps, warmup, device)["ms_per_step"]
+        total += count * spec["train"]["steps"] * per_step[shape] / 1000
+    return total, len(per_step)
+
+
+def hours(seconds: float) -> str:
+    """A duration as people say it: hours, minutes or seconds."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def parameter_groups(optimizer: torch.optim.Optimizer, roles: ParamGroups) -> list[dict]:
@@ -217,4 +243,4 @@ def _write(path: Path, report: dict) -> None:
     try:
         write_json(path, report)
     except OSError as err:
-        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
+        raise cannot_write(path, err) from None

@@ -16,7 +16,10 @@ def add(sub) -> None:
         "(number-probe scores per run, data and layer) when there are probe runs. Prints the files written.",
     )
     p.add_argument("root", help="directory searched recursively for result.json")
-    p.add_argument("--out", help="where the tables go (default ROOT/export)")
+    p.add_argument(
+        "--out",
+        help="where the tables go (default ROOT/export); a table there that no export wrote is never overwritten",
+    )
 
 
 def run(args) -> int:

@@ -87,13 +87,13 @@ def run(args) -> int:
 
 def resolve_specs(args) -> list[dict]:
     """The specs the flags describe: one per seed."""
-    from suite.specs.spec import resolve
+    from suite.specs.spec import resolve, runs_loaded_code
 
     settings = parse_sets(args.set)
     if args.steps is not None:
         settings["train.steps"] = args.steps
     choices = {"task": args.task, "model": args.model, "opt": args.opt, "sampler": args.sampler, "filter": args.filter}
-    like_seed = None
+    like_seed, typed = None, set(settings)  # what the flags set, not the file --like reads
     if args.like:
         if args.preset:
             raise SuiteError("--like and --preset both give a starting spec: use one")
@@ -106,23 +106,41 @@ def resolve_specs(args) -> list[dict]:
     seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed] if args.seed is not None else default
     if args.out and len(seeds) > 1:
         raise SuiteError("--out names one run dir; with several --seeds each seed gets its own under --root")
-    return [resolve(choices, settings, seed) for seed in seeds]
+    specs = [resolve(choices, settings, seed) for seed in seeds]
+    from_file = [key for key in runs_loaded_code(specs[0]) if not {key, key.partition(".")[2]} & typed]
+    if args.like and from_file:
+        raise SuiteError(
+            f"--like {args.like}: its spec.json sets {from_file[0]} = true, which runs the code of the model's "
+            f"folder; only you grant that, on this command: --set {from_file[0]}=true if you trust it"
+        )
+    return specs
 
 
 def like(run_dir: str, choices: dict, settings: dict) -> tuple[dict, dict, int]:
     """The components, settings and seed of the spec a run ran, under the flags' own: a component the
     flags change takes its own defaults, not the run's settings of the one it replaces."""
     from suite.results.rundir import read_json
-    from suite.specs.spec import with_later_defaults
+    from suite.specs.spec import resolve, with_later_defaults
 
     path = Path(run_dir) / "spec.json"
     if not path.is_file():
         raise SuiteError(f"--like {run_dir}: no spec.json there (a run folder holds one from its start)")
     spec = read_json(path)
-    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), dict) for k in ("task", "model")):
-        raise SuiteError(f"--like {run_dir}: {path} is not a spec of this suite")
+    named = lambda part: isinstance(part, dict) and isinstance(part.get("name"), str)  # noqa: E731
+    if not (isinstance(spec, dict) and named(spec.get("task")) and named(spec.get("model")) and "seed" in spec):
+        raise SuiteError(f"--like {run_dir}: {path} is not a spec of this suite (a task, a model and a seed)")
     spec = with_later_defaults(spec)
     kinds = [k for k, part in spec.items() if isinstance(part, dict)]
+    if unnamed := [k for k in kinds if k != "train" and not named(spec[k])]:
+        raise SuiteError(f"--like {run_dir}: {path} is not a spec of this suite ({unnamed[0]} names no component)")
+    try:  # the file's own spec, checked whole: its errors name the file, not a --set the user never typed
+        resolve(
+            {k: spec[k]["name"] for k in kinds if k != "train"},
+            {f"{k}.{key}": v for k in kinds for key, v in spec[k].items() if key != "name"},
+            spec["seed"],
+        )
+    except SuiteError as err:
+        raise SuiteError(f"--like {run_dir}: {path} is not a spec this suite runs: {err}") from None
     kept = {k: spec[k]["name"] for k in kinds if k != "train" and choices.get(k) in (None, spec[k]["name"])}
     ran = {f"{k}.{key}": v for k in kinds if k in kept or k == "train" for key, v in spec[k].items() if key != "name"}
     return {**kept, **{k: v for k, v in choices.items() if v is not None}}, {**ran, **settings}, spec["seed"]

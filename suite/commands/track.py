@@ -23,28 +23,50 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from suite.launch.tracking import WandbTracker, check_mode
-    from suite.results.result import TRAIN, has_full_spec, runner_of
-    from suite.results.rundir import RunDir, read_json, result_files
+    from suite.results.rundir import result_files
 
     if check_mode(args.wandb) == "off":
         raise SuiteError("track logs to W&B: give --wandb offline or --wandb online (or set WANDB_MODE)")
     files = result_files(args.root)
     if not files:
         raise SuiteError(f"{args.root}: no result.json under it")
-    logged = 0
-    for i, path in enumerate(files, 1):
-        result = read_json(path)
-        if not has_full_spec(result) or runner_of(result) != TRAIN:
+    runs = []  # every folder read and checked before the first is logged: a damaged one stops the command whole
+    for path in files:
+        result, records = _checked(path)
+        if result is None:
             print(f"skipped {path.parent}: not a trained run of this suite", file=sys.stderr)
-            continue
+        else:
+            runs.append((path, result, records))
+    for i, (path, result, records) in enumerate(runs, 1):
         tracker = WandbTracker(
             args.wandb, result["spec"], path.parent, result.get("grid"), result.get("experiment"), finished=True
         )
         tracker.start()
-        for record in RunDir(path.parent).read_metrics():
+        for record in records:
             tracker.log(record, record["step"])
         tracker.finish(result)
-        logged += 1
-        print(f"[{i}/{len(files)}] logged {path.parent}", file=sys.stderr, flush=True)
-    print(f"{logged} runs logged to W&B ({args.wandb})", file=sys.stderr)
+        print(f"[{i}/{len(runs)}] logged {path.parent}", file=sys.stderr, flush=True)
+    print(f"{len(runs)} runs logged to W&B ({args.wandb})", file=sys.stderr)
     return 0
+
+
+def _checked(path):
+    """(result, its evaluations) of a trained run's folder, (None, None) for another runner's; one
+    line if the folder is damaged (a seed that is no integer, a grok step that is NaN, a history
+    whose evaluations have no integer step)."""
+    from suite.results.result import TRAIN, damage_of, has_full_spec, is_int, runner_of
+    from suite.results.rundir import RunDir, read_json
+
+    result = read_json(path)
+    if not has_full_spec(result) or runner_of(result) != TRAIN:
+        return None, None
+    if damage := damage_of(result):
+        raise SuiteError(f"{path}: {damage}; nothing was logged (move the folder aside to log the rest)")
+    records = RunDir(path.parent).read_metrics()
+    for record in records:
+        if not (isinstance(record, dict) and is_int(record.get("step"))):
+            raise SuiteError(
+                f"{path.parent / 'metrics.jsonl'}: an evaluation has no integer step; nothing was logged "
+                "(move the folder aside to log the rest)"
+            )
+    return result, records

@@ -65,7 +65,31 @@ def run(args) -> int:
     )
     if not code and _done(args, final):
         _cost(args, tuning, root / "final")
+    if not code and args.dry_run and args.backend == "local":
+        _estimate(args, g, tuning)
     return code
+
+
+def _estimate(args, g, tuning) -> None:
+    """A dry run's cost of the whole tune: every trial on every tuning seed and the final seeds, per
+    cell and method, each to its budget (suite/commands/grid.py's cost_line), and what the race does."""
+    from suite.commands.grid import cost_line
+    from suite.launch.tuning import spec_for
+
+    runs_each = tuning.trials * len(tuning.tuning_seeds) + len(tuning.final_seeds)
+    runs = [
+        (spec_for(cell.spec, m, tuning.points(m)[0], tuning.tuning_seeds[0], str(g.path)), runs_each)
+        for cell in g.cells
+        for m in tuning.methods
+    ]
+    print(f"the whole tune, {len(tuning.methods)} method(s) x {len(g.cells)} cell(s):", file=sys.stderr)
+    print(cost_line(runs, args.workers), file=sys.stderr)
+    if not tuning.race:
+        print("race = false: every tuning trial runs until it holds the target or its budget ends", file=sys.stderr)
+    elif tuning.trials < 2:
+        print("the race cannot help: a search of one trial has no rival to stop it against", file=sys.stderr)
+    else:
+        print("the race stops a trial once a rival's finished median beats what it can still reach", file=sys.stderr)
 
 
 def _done(args, final) -> bool:
@@ -96,6 +120,7 @@ def _add(args, root: Path) -> int:
 
     adding.check_root(root, args.against)
     record, board_runs = adding.board_record(args.against)
+    adding.check_board(record, board_runs)
     # the board's methods, those added into this root before and the new ones: tuning.json's
     board = adding.protocol(record, args.add, adding.earlier_methods(record, root / "final"))
     tuning = adding.only_new(board, record)
@@ -104,9 +129,12 @@ def _add(args, root: Path) -> int:
 
     def write(chosen):
         adding.link_board_runs(board_runs, root / "final")
-        write_record(root / "final" / "tuning.json", board.to_record(), record["chosen"] + chosen, record["cells"])
+        protocol = board.to_record()
+        write_record(root / "final" / "tuning.json", protocol, record["chosen"] + chosen, record["cells"], adding=True)
 
     code, final = _phases(args, g, tuning, root, write)
+    if not code and args.dry_run and args.backend == "local":
+        _estimate(args, g, tuning)
     if code or args.dry_run or final is None:
         return code
     if not _done(args, final):
@@ -126,7 +154,7 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
     final runs once they are chosen."""
     from suite.launch import grid
     from suite.launch.submit import run_grid
-    from suite.launch.tuning import choose, final_cells, tuning_cells
+    from suite.launch.tuning import choose, final_cells, reached, tuning_cells
 
     known = None
     while True:  # a round's points are known once the rounds before it are done: run until none is new
@@ -149,6 +177,14 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
             file=sys.stderr,
         )
         return 0, None
+    for c in chosen:
+        if not reached(c):
+            print(
+                f"cell [{c['cell']}], method '{c['method']}': no trial reached the target on any tuning seed; "
+                f"the tie-break chose point {c['chosen']} by its best val accuracy, and its final runs are skipped "
+                "(they could give no verdict): no row for it in that cell",
+                file=sys.stderr,
+            )
     final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen, root / "final"), g.slurm)
     if not args.dry_run:
         (root / "final").mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from suite.engine.hessian import hessian_measures
 from suite.engine.measures import LOSSES, evaluate, progress_columns, sigma_ratio, to_host
 from suite.engine.member import Member
 from suite.engine.stacked import Alone, Stacked, finite
-from suite.engine.updates import elementwise, for_stack
+from suite.engine.updates import elementwise, for_stack, training
 from suite.results.rundir import UnreadableFile, set_rng_states
 
 
@@ -40,8 +40,10 @@ class Stack:
             self._restore([m.state for m in members])
 
     def start(self) -> None:
-        """Torch's global RNG where its separate run's stands as it starts (dropout draws from it)."""
+        """Torch's global RNG where its separate run's stands as it starts (dropout draws from it), and
+        every optimizer with modes in train mode (a checkpoint's already is)."""
         set_rng_states(self.live[0].state or self.live[-1].rng, self.device)
+        training(self.update)
 
     def _restore(self, states: list[dict]) -> None:
         """The optimizer, filter and running accuracy from the members' checkpoints (their models,

@@ -31,6 +31,7 @@ from suite.engine.plan import stacks
 from suite.engine.race import Race
 from suite.engine.stack import Stack
 from suite.engine.stacked import clip_grad_norms
+from suite.engine.updates import evaluated
 from suite.errors import SuiteError
 from suite.results.result import provenance
 from suite.results.rundir import rng_states
@@ -123,7 +124,7 @@ def train_stack(stack: Stack, device: torch.device, compile: bool, race: Race | 
     forward = torch.compile(stack.model) if compile else stack.model
     progress = Progress(cfg.steps, start, spec_id(stack.spec)[:8] + (f" x{K}" if K > 1 else ""))
     stack.start()
-    clock, step = WallShare(K), start
+    clock = WallShare(K)
     with _StopFlag() as stop, precision.matmul_mode(cfg.precision, device):
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
@@ -140,28 +141,28 @@ def train_stack(stack: Stack, device: torch.device, compile: bool, race: Race | 
                 if not stack.live:
                     break
                 clock.resize(len(stack.live))
-            if step == cfg.steps:
-                break
-            train_step(stack, step, forward)
+            train_step(stack, step, forward)  # never after the budget's step: every member stopped there
     progress.close()
-    for m in list(stack.live):
-        finish(stack, m, step, "budget", m.wall_before + clock.now(), how)
 
 
 def record(stack: Stack, step: int, how: dict, clock: WallShare, race: Race | None = None) -> None:
     """Evaluate the stack, write each member's record (or mark it diverged), and finish the
-    members that stop here."""
-    for i, (m, evaluation) in enumerate(zip(stack.live, stack.evaluate(step))):
-        if evaluation is None:
-            m.diverged = True
-            m.notes.append("diverged")
-            continue
-        m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
-        if stack.cfg.keep_weights:
-            m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
-    for m in stack.live:
-        if reason := stop_reason(m, stack.cfg, step) or ("raced" if race and race.lost(m, step) else None):
-            finish(stack, m, step, reason, m.wall_before + clock.now(), how)
+    members that stop here: all of it on the weights each method means to be evaluated (the
+    optimizer contract's eval mode, where an optimizer has one)."""
+    with evaluated(stack.update):
+        for i, (m, evaluation) in enumerate(zip(stack.live, stack.evaluate(step))):
+            if evaluation is None:
+                m.diverged = True
+                m.notes.append("diverged")
+                continue
+            m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
+            if stack.cfg.keep_weights:
+                m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
+        for m in stack.live:
+            raced = "raced" if race and race.lost(m, step) else None
+            # at the budget's end too, here: the final weights kept are the ones just evaluated
+            if reason := stop_reason(m, stack.cfg, step) or raced or ("budget" if step >= stack.cfg.steps else None):
+                finish(stack, m, step, reason, m.wall_before + clock.now(), how)
 
 
 def stop_reason(m: Member, cfg, step: int) -> str | None:

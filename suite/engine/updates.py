@@ -12,10 +12,16 @@ orthograd) sees only its member's: each member is its separate run, step for ste
 few small kernels per member and tensor, so a stack uses it only when it must.
 
 Both give each member's state in a separate run's format, so a checkpoint resumes in either.
+
+An optimizer with modes (the optimizer contract, suite/specs/contracts.py: `train()` and `eval()`,
+as Schedule-Free's) holds its training iterate in the parameters in train mode and the weights it
+means to be evaluated in eval mode: `training` puts every member's in train mode before the first
+step, `evaluated` swaps in the weights to evaluate for as long as the loop evaluates and keeps them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import torch
@@ -39,10 +45,35 @@ def for_stack(specs: list[dict], model: Stacked | Alone, elementwise: bool):
     return MemberUpdates(specs, model)
 
 
+def training(update: StackedUpdate | MemberUpdates) -> None:
+    """Every optimizer with modes in train mode: its training iterate in the parameters."""
+    for optimizer in update.optimizers:
+        if callable(getattr(optimizer, "train", None)):
+            optimizer.train()
+
+
+@contextlib.contextmanager
+def evaluated(update: StackedUpdate | MemberUpdates):
+    """Inside, the parameters hold the weights each member's method means to be evaluated (an
+    optimizer with modes in eval mode, Schedule-Free's averaged x); after, its training iterate again."""
+    modal = [o for o in update.optimizers if callable(getattr(o, "eval", None))]
+    for optimizer in modal:
+        optimizer.eval()
+    try:
+        yield
+    finally:
+        for optimizer in modal:
+            optimizer.train()
+
+
 class StackedUpdate:
     def __init__(self, spec: dict, model: Stacked | Alone):
         self.spec, self.model = spec, model
         self.optimizer, self.grad_filter = optimizer_and_filter(spec, model)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     @property
     def param_groups(self) -> list[dict]:
@@ -79,6 +110,10 @@ class MemberUpdates:
         self.specs, self.model = specs, model
         self.views = [_member_view(model, i) for i in range(model.size)]
         self.members = [optimizer_and_filter(spec, view) for spec, view in zip(specs, self.views)]
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [optimizer for optimizer, _ in self.members]
 
     @property
     def param_groups(self) -> list[dict]:

@@ -19,9 +19,13 @@ from pathlib import Path
 from suite.errors import SuiteError
 from suite.launch.grid import Grid
 from suite.launch.spaces import Tuning, parse
-from suite.results.rundir import result_files
+from suite.launch.tuning import best_of, reached, spec_for
+from suite.results.result import has_full_spec
+from suite.results.rundir import RunDir, read_json, result_files
 from suite.results.tuning_record import PROTOCOL, record_of
 from suite.specs.cell import Cell
+from suite.specs.code import changed
+from suite.specs.spec import canonical, spec_id
 
 RECORD_PLACES = (".", "runs", "final")  # where a board keeps tuning.json: committed boards in runs/
 
@@ -64,8 +68,12 @@ def protocol(record: dict, method_file: str | Path, earlier: dict) -> Tuning:
         raise SuiteError(f"{path}: a method file holds [tuning.methods.NAME] tables and nothing else")
     if taken := sorted(set(methods) & set(record["methods"])):
         raise SuiteError(f"{path}: '{taken[0]}' is already a method of the board: give yours another name")
-    recorded = record["methods"] | earlier
-    board = {
+    return parse(_table(record, _methods(record["methods"] | earlier) | methods), str(path), record["grid"])
+
+
+def _methods(recorded: dict) -> dict:
+    """Methods as tuning.json records them, as a [tuning] table's methods."""
+    return {
         name: {
             **m["fixed"],
             "space": m["space"],
@@ -74,16 +82,89 @@ def protocol(record: dict, method_file: str | Path, earlier: dict) -> Tuning:
         }
         for name, m in recorded.items()
     }
-    raw = {
+
+
+def _table(record: dict, methods: dict) -> dict:
+    """The board's [tuning] table, as its tuning.json records it, with these methods."""
+    return {
         **({"rounds": record["rounds"]} if "rounds" in record else {"trials": record["trials"]}),
         **({"version": record["version"]} if "version" in record else {}),
         "tuning_seeds": record["tuning_seeds"],
         "final_seeds": record["final_seeds"],
         "race": record.get("race", False),
-        "methods": board | methods,
+        "methods": methods,
         **({"shared": record["shared"]} if "shared" in record else {}),
     }
-    return parse(raw, str(path), record["grid"])
+
+
+def check_board(record: dict, board_runs: Path) -> None:
+    """The board's record and its runs agree, or one line says where they do not: every choice follows
+    from its protocol (each trial's point as the rounds draw it, on every tuning seed, and the winner
+    the rule picks), its final runs are the chosen point's specs on the final seeds, and each of them
+    is a finished run under the board, made by the code of today. An edited tuning.json (trials, seeds,
+    a budget, a range), deleted or foreign runs would otherwise put a new method under another
+    protocol than its baselines', or judge it on fewer seeds without a word."""
+    where = str(board_runs / "tuning.json")
+    try:
+        tuning = parse(_table(record, _methods(record["methods"])), where, record["grid"])
+    except SuiteError as err:
+        raise SuiteError(f"{where} is not a protocol this suite runs ({err})") from None
+    methods, runs = {m.name: m for m in tuning.methods}, _finished_runs(board_runs)
+    for choice in record["chosen"]:
+        name = f"cell [{choice['cell']}], method '{choice['method']}'"
+        base = record["cells"].get(choice["cell"])
+        if base is None:
+            raise SuiteError(f"{where}: {name} is chosen in a cell the record does not hold")
+        method, tried = methods[choice["method"]], choice["tried"]
+        if why := _off_protocol(tuning, method, tried):
+            raise SuiteError(f"{where}: {name}: {why}; the board was edited after it ran: rerun it")
+        winner = best_of(tried)
+        if (choice["chosen"], canonical(choice["settings"])) != (winner["point"], canonical(winner["settings"])):
+            raise SuiteError(f"{where}: {name}: the point chosen is not the one the rule picks from its trials")
+        specs = [spec_for(base, method, choice["settings"], seed, where) for seed in tuning.final_seeds]
+        specs = specs if reached(choice) else []  # a failed search ran no final seeds
+        if choice.get("final_runs") != [spec_id(spec) for spec in specs]:
+            raise SuiteError(
+                f"{where}: {name}: its final runs are not the chosen point's on the final seeds "
+                f"{tuning.final_seeds} at the cell's settings (budget included): the record was edited"
+            )
+        for spec in specs:
+            run_dir = runs.get(spec_id(spec))
+            if run_dir is None:
+                raise SuiteError(
+                    f"{board_runs}: {name}: the final run of seed {spec['seed']} ({spec_id(spec)}) is missing or "
+                    "unfinished: its baseline would be judged on fewer seeds than the board's"
+                )
+            if why := changed(RunDir(run_dir).read_code(), spec):
+                raise SuiteError(
+                    f"{run_dir} was made by other code of {why}: your method would not run the code its baselines "
+                    "ran; add it at the commit its runs name (git_commit in their result.json), or rerun the board"
+                )
+
+
+def _off_protocol(tuning: Tuning, method, tried: list[dict]) -> str | None:
+    """How a choice's trials differ from what the protocol draws, or None."""
+    if len(tried) != tuning.trials:
+        return f"it holds {len(tried)} trials where the protocol runs {tuning.trials}"
+    for r in range(len(tuning.rounds)):
+        first = tuning.first(r)
+        best = best_of(tried[:first])["settings"] if r else None
+        for k, point in enumerate(tuning.points(method, r, best), first):
+            if tried[k]["point"] != k or canonical(tried[k]["settings"]) != canonical(point):
+                return f"trial {k} is not the point its round draws"
+    if any(len(t["times"]) != len(tuning.tuning_seeds) for t in tried):
+        return f"a trial was not scored on the {len(tuning.tuning_seeds)} tuning seeds"
+    return None
+
+
+def _finished_runs(board_runs: Path) -> dict[str, Path]:
+    """The board's finished runs by id (its final runs, read through any links)."""
+    runs = {}
+    for path in result_files(board_runs):
+        result = read_json(path)
+        if has_full_spec(result):
+            runs[spec_id(result["spec"])] = path.parent  # its spec, not a run_id an edit may have left
+    return runs
 
 
 def earlier_methods(record: dict, final: Path) -> dict:

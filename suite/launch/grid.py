@@ -31,18 +31,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.specs.cell import Cell
+from suite.specs.cell import GRID_NAME, Cell
 from suite.specs.registry import _closest
-from suite.specs.spec import DEFAULTS, default_run_dir, resolve
+from suite.specs.spec import DEFAULTS, default_run_dir, refuse_loaded_code, resolve
 
 KINDS = tuple(DEFAULTS)  # task, model, opt, sampler, filter
+MAX_CELLS = 100_000  # past this a grid file is a slip (an axis too many), and building its cells alone takes hours
 TOP_KEYS = ("name", "description", "fixed", "axes", "overrides", "experiment", "slurm", "tuning")
 BLOCK_KEYS = ("name", "description", "fixed", "axes", "overrides")
 SLURM_KEYS = (
@@ -112,7 +113,7 @@ def load(path: str | Path, root: str | Path = "runs") -> Grid:
     if not raw:
         raise SuiteError(f"{where}: the file is empty; a grid names its cells with [fixed] and [axes] tables")
     name = raw.get("name", path.stem)
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
+    if not isinstance(name, str) or not GRID_NAME.fullmatch(name):
         raise SuiteError(
             f"{where}: name must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
             f"digit (it names a folder under runs/grids/), got {name!r}"
@@ -139,9 +140,14 @@ def _cells(raw: dict, name: str, where: str, root: str | Path) -> list[Cell]:
         "overrides": _overrides(_table(raw, "overrides", where), f"{where} [overrides]"),
     }
     _check_disjoint(top["fixed"], top["axes"], where)
+    _check_size(raw, experiments, top, where)
     cells, seen, used = [], set(), set()
     for i, block in enumerate(experiments):
         block_where = f"{where} experiment {block.get('name', i)!r}" if "experiment" in raw else where
+        if "name" in block and not (isinstance(block["name"], str) and block["name"].strip()):
+            raise SuiteError(
+                f"{block_where}: an experiment's name is text (--experiment NAME picks it), got {block['name']!r}"
+            )
         _check_keys(block, BLOCK_KEYS, block_where)
         own_fixed = _settings(_table(block, "fixed", block_where), f"{block_where} fixed")
         own_axes = _axes(_table(block, "axes", block_where), f"{block_where} axes")
@@ -160,6 +166,24 @@ def _cells(raw: dict, name: str, where: str, root: str | Path) -> list[Cell]:
     if not cells:
         raise SuiteError(f"{where}: the grid has no cells (an axis with an empty list?)")
     return cells
+
+
+def _check_size(raw: dict, experiments: list, top: dict, where: str) -> None:
+    """Refuse a grid of more than MAX_CELLS cells, counted from its axes before one is built (an
+    override's axes counted as if it matched every cell: a bound, not the count)."""
+    total = 0
+    for block in experiments:
+        own_fixed = _settings(_table(block, "fixed", where), f"{where} fixed")
+        own_axes = _axes(_table(block, "axes", where), f"{where} axes")
+        axes = {k: v for k, v in top["axes"].items() if k not in own_fixed} | own_axes
+        overrides = top["overrides"] + _overrides(_table(block, "overrides", where), f"{where} overrides")
+        sizes = [len(v) for v in axes.values()] + [len(v) for o in overrides for v in o[3].values()]
+        total += math.prod(sizes)
+    if total > MAX_CELLS:
+        raise SuiteError(
+            f"{where}: its axes make up to {total:,} cells, more than the {MAX_CELLS:,} a grid file may name; "
+            "split it into several grid files"
+        )
 
 
 def check_builds(cells: list[Cell]) -> None:
@@ -239,6 +263,7 @@ def _cell(assignment: dict, cell_axes: dict, origin: dict, where: str) -> Cell:
         spec = resolve(choices, settings, assignment.get("seed", 0))
     except SuiteError as err:
         raise SuiteError(f"{where}: cell [{label or 'fixed'}]: {str(err).removeprefix('--set ')}") from None
+    refuse_loaded_code(spec, f"{where}: cell [{label or 'fixed'}]")
     return Cell(spec, default_run_dir(spec, origin["root"]), label, origin["grid"], origin["experiment"])
 
 

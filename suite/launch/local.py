@@ -5,6 +5,7 @@ and is said once, last, naming the file."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -45,10 +46,14 @@ def run_local(
     ensemble: int,
     compile: bool,
 ) -> int:
-    """Run the chunks (whole groups) in separate processes, `workers` at a time. SIGINT/SIGTERM:
+    """Run the chunks (whole groups of at most `ensemble` cells, and of an even share of them: every
+    worker gets some) in separate processes, `workers` at a time. SIGINT/SIGTERM:
     every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
     failed, 3 if stopped."""
     check_local(root, device, cells)
+    # groups no bigger than an even share of the cells: 5 final seeds of one cell made one group, one
+    # process, and the other workers sat idle through a tune's longest phase
+    ensemble = min(ensemble, math.ceil(len(cells) / workers))
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(
         workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile

@@ -27,7 +27,7 @@ from suite.errors import FAULTS, SuiteError, missing_extra
 from suite.launch.grid import Grid
 from suite.results.rundir import RunDir, RunLocked, read_json, writable_dir, write_json
 from suite.specs.cell import Cell
-from suite.specs.spec import shared
+from suite.specs.spec import refuse_loaded_code, shared
 
 FULL = 4  # a chunk's exit code when the machine failed it (a full disk): every cell after would meet it too
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
@@ -220,6 +220,8 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
     failed = 0
     for group in manifest["chunks"][index]:
         cells = [Cell.from_json({"grid": manifest["grid"]} | manifest["cells"][i]) for i in group]
+        for cell in cells:  # a grid never writes one; a manifest made by hand might
+            refuse_loaded_code(cell.spec, f"{manifest_path}: {cell.run_dir}")
         pending = [c for c in cells if not RunDir(c.run_dir).finished]
         if pending and _stop_requested:
             print(f"stopped by {_stop_requested[0]} before {pending[0].run_dir}", file=sys.stderr)

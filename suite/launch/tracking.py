@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 from suite.errors import SuiteError, missing_extra
-from suite.results.rundir import check_writable, write_atomic
+from suite.results.rundir import check_writable, read_text, write_atomic
 from suite.specs.spec import cell_id, spec_id
 
 ID_FILE = "wandb_id.txt"
@@ -118,7 +118,7 @@ def kept_run_id(run_dir: str | Path) -> str:
     (8 characters of [a-z0-9], as W&B makes them)."""
     path = Path(run_dir) / ID_FILE
     if path.exists():
-        return path.read_text().strip()
+        return read_text(path).strip()
     return new_run_id()
 
 

@@ -69,7 +69,7 @@ from suite.leaderboard.stats import TAU_MAX
 from suite.leaderboard.studies import Board, Files, registered
 from suite.leaderboard.tables import commits_text
 from suite.results.result import TRAIN
-from suite.results.rundir import check_writable, write_atomic
+from suite.results.rundir import check_writable, read_text, write_atomic
 
 __all__ = ["default_out", "generate", "terminal_summary"]
 
@@ -152,7 +152,8 @@ def _only_writer(out: Path):
 
 def _write_listed(out: Path, files: Files) -> None:
     listing = out / GENERATED
-    old = set(listing.read_text().split()) if listing.exists() else set()
+    old = set(read_text(listing).split()) if listing.exists() else set()
+    old = {rel for rel in old if (out / rel).resolve().is_relative_to(out.resolve())}  # one outside is none of ours
     foreign = [rel for rel in files if rel not in old and (out / rel).exists()]
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""

@@ -17,8 +17,8 @@ import pandas as pd
 
 from suite.errors import SuiteError
 from suite.leaderboard.tables import fmt_value
-from suite.results.result import TRAIN, has_full_spec, runner_of
-from suite.results.rundir import result_files
+from suite.results.result import TRAIN, damage_of, has_full_spec, is_int, runner_of
+from suite.results.rundir import UnreadableFile, read_json, read_text, result_files
 from suite.specs.config import TrainConfig
 from suite.specs.spec import spec_id, with_later_defaults
 
@@ -61,12 +61,17 @@ def _read_metrics(path: Path) -> pd.DataFrame | None:
     anywhere else is left out whole, with a warning (the run is then judged by its result.json)."""
     if not path.exists():
         return None
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    try:
+        text = read_text(path, errors="replace")
+    except UnreadableFile as err:
+        print(f"warning: {err}; its curves are left out", file=sys.stderr)
+        return None
+    lines = [line for line in text.splitlines() if line.strip()]
     records = []
     for i, line in enumerate(lines):
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             record = None
         if not _evaluation(record):
             if i == len(lines) - 1:
@@ -81,33 +86,9 @@ def _evaluation(record) -> bool:
     numbers = ("train_acc", "val_acc")
     return (
         isinstance(record, dict)
-        and _is_int(record.get("step"))
+        and is_int(record.get("step"))
         and all(isinstance(record.get(k), int | float) and not isinstance(record.get(k), bool) for k in numbers)
     )
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _damage(result: dict) -> str | None:
-    """What in a training run's result.json is not what the suite writes (a hand edit, another
-    program), or None."""
-    spec, train = result["spec"], result["spec"].get("train")
-    if not isinstance(train, dict) or not _is_int(spec.get("seed")):
-        return "its spec has no train settings or no integer seed"
-    for key in ("steps", "eval_every"):
-        if not (_is_int(train.get(key)) and train[key] > 0):
-            return f"train.{key} is {train.get(key)!r}, not a positive integer"
-    for key in ("memorization_step", "grok_step", "first_touch_step"):
-        if result.get(key) is not None and not _is_int(result[key]):
-            return f"{key} is {result[key]!r}, not an integer or null"
-    wall = result.get("wall_s")
-    if wall is not None and not (isinstance(wall, int | float) and not isinstance(wall, bool)):
-        return f"wall_s is {wall!r}, not a number"
-    if result.get("git_commit") is not None and not isinstance(result["git_commit"], str):
-        return f"git_commit is {result['git_commit']!r}, not a string"
-    return None
 
 
 @dataclass
@@ -169,15 +150,15 @@ def _results(root: Path):
     seen = set()
     for path in result_files(root):
         try:
-            result = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            result = read_json(path)
+        except (OSError, ValueError) as err:  # ValueError: UnreadableFile (damaged, nested too deep, a FIFO)
             print(f"warning: {path}: unreadable result file ({err}); skipped", file=sys.stderr)
             continue
         if not has_full_spec(result):
             print(f"warning: {path}: not a result file of this suite (no full spec); skipped", file=sys.stderr)
             continue
         spec, runner = result["spec"], runner_of(result)
-        if runner == TRAIN and (damage := _damage(result)):
+        if runner == TRAIN and (damage := damage_of(result)):
             print(f"warning: {path}: {damage}; skipped", file=sys.stderr)
             continue
         run_id = result.get("run_id") or spec_id(spec)

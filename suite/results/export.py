@@ -13,6 +13,10 @@
 - probes.csv, probes.parquet (when some run is a number probe): every probe run's probe.csv, one
   row per (run, data, layer) with its scores (rho, PLS R^2, ...), `run` joining it to runs.
 
+exported.txt lists the tables written: the next export into the folder may overwrite those (and
+drops one it no longer writes), while a table there that no export wrote (a runs.csv of the user's)
+stops it before anything is read or written.
+
 A result.json that cannot be read, or holds no full spec, is skipped with one warning line naming
 it (so is a metrics.jsonl that cannot be read or has a record without an integer step: the run's
 row stays, without curves).
@@ -29,7 +33,7 @@ import pandas as pd
 
 from suite.errors import SuiteError
 from suite.results.result import has_full_spec, runner_of
-from suite.results.rundir import RunDir, check_writable, read_json, result_files, write_atomic
+from suite.results.rundir import RunDir, check_writable, read_json, read_text, result_files, write_atomic
 from suite.specs.spec import cell_id
 
 SCALARS = (str, int, float, bool)
@@ -152,16 +156,33 @@ def export(root: str | Path, out: str | Path) -> tuple[list[Path], pd.DataFrame,
     if not root.is_dir():
         raise SuiteError(f"{root}: no such directory of runs")
     check_writable(out)  # before reading every run
+    ours = _exported(out)
+    if foreign := [n for n in TABLES if (out / n).exists() and n not in ours]:
+        raise SuiteError(
+            f"{out / foreign[0]} exists and was not written by an export (not in {out / LISTING}); "
+            "choose another --out or move it"
+        )
     runs, curves, probes = collect(root)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, table in (("runs", runs), ("curves", curves), ("probes", probes)):
-        if table is None:
-            continue
-        for suffix, data in ((".csv", table.to_csv(index=False)), (".parquet", _parquet(table))):
-            write_atomic(out / f"{name}{suffix}", data)  # a reader never sees half a table
-            written.append(out / f"{name}{suffix}")
-    return written, runs, curves
+    tables = {f"{name}{suffix}": (table, suffix) for name, table in (("runs", runs), ("curves", curves),
+              ("probes", probes)) if table is not None for suffix in (".csv", ".parquet")}  # fmt: skip
+    write_atomic(out / LISTING, "".join(f"{n}\n" for n in sorted(ours | set(tables))))  # before any table
+    for name, (table, suffix) in tables.items():
+        write_atomic(out / name, table.to_csv(index=False) if suffix == ".csv" else _parquet(table))
+    for stale in sorted(ours - set(tables)):  # an earlier export's probes, say: they would not match these runs
+        (out / stale).unlink(missing_ok=True)
+    write_atomic(out / LISTING, "".join(f"{n}\n" for n in sorted(tables)))
+    return [out / name for name in tables], runs, curves
+
+
+TABLES = tuple(f"{name}{suffix}" for name in ("runs", "curves", "probes") for suffix in (".csv", ".parquet"))
+LISTING = "exported.txt"  # the tables the last export into a folder wrote: only those it overwrites
+
+
+def _exported(out: Path) -> set[str]:
+    """The tables an earlier export wrote into out (its listing's names that are tables)."""
+    listing = out / LISTING
+    return set(read_text(listing).split()) & set(TABLES) if listing.exists() else set()
 
 
 def _parquet(table: pd.DataFrame) -> bytes:

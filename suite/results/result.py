@@ -37,6 +37,30 @@ def has_full_spec(result) -> bool:
     return all(isinstance(spec.get(kind), dict) for kind in needed)
 
 
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def damage_of(result: dict) -> str | None:
+    """What in a training run's result.json is not what the suite writes (a hand edit, another
+    program), or None."""
+    spec, train = result["spec"], result["spec"].get("train")
+    if not isinstance(train, dict) or not is_int(spec.get("seed")):
+        return "its spec has no train settings or no integer seed"
+    for key in ("steps", "eval_every"):
+        if not (is_int(train.get(key)) and train[key] > 0):
+            return f"train.{key} is {train.get(key)!r}, not a positive integer"
+    for key in ("memorization_step", "grok_step", "first_touch_step"):
+        if result.get(key) is not None and not is_int(result[key]):
+            return f"{key} is {result[key]!r}, not an integer or null"
+    wall = result.get("wall_s")
+    if wall is not None and not (isinstance(wall, int | float) and not isinstance(wall, bool)):
+        return f"wall_s is {wall!r}, not a number"
+    if result.get("git_commit") is not None and not isinstance(result["git_commit"], str):
+        return f"git_commit is {result['git_commit']!r}, not a string"
+    return None
+
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 

@@ -15,13 +15,14 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from suite.errors import SuiteError
+from suite.errors import FAULTS, SuiteError
 from suite.results.result import has_full_spec
 
 CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
@@ -63,11 +64,23 @@ def write_json(path: Path, obj) -> None:
     write_atomic(path, json.dumps(obj, indent=2) + "\n")
 
 
+def read_text(path: Path, errors: str = "strict") -> str:
+    """A file's text. UnreadableFile (one line) for anything but a regular file: a FIFO would keep
+    its reader waiting forever, a device might never end. Opened without blocking, then looked at."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableFile(f"{path} is not a regular file; the suite reads only files it could have written")
+        return f.read().decode(errors=errors)
+
+
 def read_json(path: Path):
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(read_text(path))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UnreadableFile(f"{path} is not valid JSON ({err}); delete it if it is damaged") from None
+    except RecursionError:  # thousands of nested brackets: no file the suite writes
+        raise UnreadableFile(f"{path} is nested too deep to be a file of this suite; delete it if damaged") from None
 
 
 def check_writable(path: Path) -> None:
@@ -85,12 +98,20 @@ def check_writable(path: Path) -> None:
         raise SuiteError(f"cannot write to {path}: File name too long (a name over {longest} bytes)")
 
 
+def cannot_write(path: Path, err: OSError) -> Exception:
+    """What to raise for a write to path that failed: the machine's fault (a full disk) stays an
+    OSError naming the file (exit 1), any other reason is a path that cannot be used (exit 2)."""
+    if err.errno in FAULTS:
+        return OSError(err.errno, err.strerror, str(path))
+    return SuiteError(f"cannot write to {path}: {err.strerror or err}")
+
+
 def writable_dir(path: Path) -> Path:
-    """Create the directory path (and its parents), or raise SuiteError saying why it cannot be."""
+    """Create the directory path (and its parents), or raise saying why it cannot be (cannot_write)."""
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise SuiteError(f"cannot write to {path}: {err.strerror or err}") from None
+        raise cannot_write(path, err) from None
     return Path(path)
 
 
@@ -125,7 +146,7 @@ class RunDir:
         try:
             self._lock = open(self.path / ".lock", "a")
         except OSError as err:
-            raise SuiteError(f"cannot write to {self.path}: {err.strerror or err}") from None
+            raise cannot_write(self.path / ".lock", err) from None
         self._made = made
         for _ in range(tries):
             try:
@@ -217,7 +238,15 @@ class RunDir:
         """code.json: the code identity of the run's components (suite/specs/code.py); None for a
         run made before it was recorded, or none made yet."""
         path = self.path / CODE
-        return read_json(path) if path.exists() else None
+        if not path.exists():
+            return None
+        code = read_json(path)
+        if not (isinstance(code, dict) and all(map(_code_entry, code.values()))):
+            raise UnreadableFile(
+                f"{path} is not a code record of this suite (per component: module, source_sha256); "
+                "delete the run dir to run it again"
+            )
+        return code
 
     def discard(self) -> None:
         """Remove the run folder and all it holds: a run made by other code, to run again."""
@@ -227,12 +256,12 @@ class RunDir:
         path = self.path / "metrics.jsonl"
         if not path.exists():
             return []
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        lines = [line for line in read_text(path).splitlines() if line.strip()]
         records = []
         for i, line in enumerate(lines):
             try:
                 records.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 if i < len(lines) - 1:
                     raise UnreadableFile(
                         f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
@@ -298,6 +327,14 @@ class RunDir:
     def drop_checkpoints(self) -> None:
         for name in (CHECKPOINT, PREVIOUS):
             (self.path / name).unlink(missing_ok=True)
+
+
+def _code_entry(entry) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("module"), str)
+        and isinstance(entry.get("source_sha256"), str | None)
+    )
 
 
 def rng_states(device) -> dict:

@@ -4,10 +4,14 @@ target never reached is null (older records hold Infinity, which is read too).""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
+import os
 from pathlib import Path
 
 from suite.results.rundir import UnreadableFile, read_json, write_json
+from suite.specs.cell import GRID_NAME
 
 # The way this suite computes a run, as a number a board records: bumped when a change makes the same
 # spec and seed train to different numbers (2: each stack member runs its own products on the CPU).
@@ -15,18 +19,44 @@ from suite.results.rundir import UnreadableFile, read_json, write_json
 PROTOCOL = 2
 
 
-def write_record(path: Path, protocol: dict, chosen: list[dict], cells: dict[str, dict]) -> None:
+def write_record(path: Path, protocol: dict, chosen: list[dict], cells: dict[str, dict], adding: bool = False) -> None:
     """tuning.json beside the final runs: the protocol (suite.launch.spaces.Tuning.to_record: what the
     leaderboard shows of the tuning), the choices, and the base cells' specs by name (what a method added
     later runs on). The choices and cells of another experiment tuned into the same root are kept when
-    the protocol is the same."""
+    the protocol is the same; `adding` (`tune --add`): also those of methods another add wrote
+    meanwhile. Read, merged and written under a lock on the folder, so that two commands writing at
+    once both stay in the record."""
     record = {"grid": protocol["grid"], "protocol": PROTOCOL} | protocol
-    old = record_of(path.parent)
-    new_keys = {(c["cell"], c["method"]) for c in chosen}
-    if old is not None and all(old.get(k) == v for k, v in record.items()):
-        chosen = [c for c in old["chosen"] if (c["cell"], c["method"]) not in new_keys] + chosen
-        cells = old.get("cells", {}) | cells
-    write_json(path, record | {"cells": cells, "chosen": [_strict(c) for c in chosen]})
+    with _only_writer(path.parent):
+        old = record_of(path.parent)
+        new_keys = {(c["cell"], c["method"]) for c in chosen}
+        if old is not None and (
+            _same_protocol(old, record) if adding else all(old.get(k) == v for k, v in record.items())
+        ):
+            record["methods"] = old["methods"] | record["methods"]  # the same, unless another add wrote some
+            chosen = [c for c in old["chosen"] if (c["cell"], c["method"]) not in new_keys] + chosen
+            cells = old.get("cells", {}) | cells
+        write_json(path, record | {"cells": cells, "chosen": [_strict(c) for c in chosen]})
+
+
+def _same_protocol(old: dict, record: dict) -> bool:
+    """Two records of one protocol, whose methods of one name are the same method."""
+    shared = set(old["methods"]) & set(record["methods"])
+    return all(old.get(k) == v for k, v in record.items() if k != "methods") and all(
+        old["methods"][name] == record["methods"][name] for name in shared
+    )
+
+
+@contextlib.contextmanager
+def _only_writer(folder: Path):
+    """An exclusive lock on the folder itself (no file of its own in it), held while the record is
+    read, merged and written."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _strict(choice: dict) -> dict:
@@ -60,6 +90,11 @@ def _is_record(record) -> bool:
     fields = dict(grid=str, trials=int, tuning_seeds=list, final_seeds=list, methods=dict, chosen=list)
     if not _fields(record, **fields) or not isinstance(record.get("rounds", []), list):
         return False
+    if not GRID_NAME.fullmatch(record["grid"]):  # it names the folder of a submission's manifests and logs
+        return False
+    cells = record.get("cells", {})
+    if not isinstance(cells, dict) or not all(map(_base_cell, cells.values())):
+        return False
     for method in record["methods"].values():
         if not (
             _fields(method, fixed=dict, space=dict, recipes=(list, type(None)))
@@ -85,6 +120,12 @@ def _is_record(record) -> bool:
         if not any(t["point"] == choice["chosen"] for t in tried):
             return False
     return True
+
+
+def _base_cell(spec) -> bool:
+    """A base cell's spec, as far as a method added later reads it (spec_for)."""
+    named = all(_fields(spec, **{kind: dict}) and isinstance(spec[kind].get("name"), str) for kind in ("task", "model"))
+    return named and _fields(spec, train=dict)
 
 
 def _time(value) -> bool:

@@ -5,10 +5,15 @@ the processes that run them (suite/launch/manifest.py)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from suite.specs.spec import spec_id
+
+# A grid's name, as a grid file or a board's tuning.json gives it: it names a folder (ROOT/grids/NAME),
+# so it is one plain path part, never "..", "/tmp/x" or empty.
+GRID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,13 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
 - opt: built from the model's parameter groups (groups.embedding, groups.coupled,
   groups.rest, groups.all). `elementwise=True` promises that each element's update depends
   on that element alone (Adam, SGD): the optimizer then trains stacked ensembles exactly.
+  How a method is evaluated: an optimizer whose weights to evaluate are not its training iterate
+  (Schedule-Free's averaged x, an EMA, Lookahead's slow weights) has modes, `train()` and `eval()`
+  (torch's optimizers have neither): eval() puts the weights it means to be evaluated into the
+  parameters, train() its training iterate back. The loop calls train() before the first step,
+  eval() before every evaluation and train() after it, so the records, the milestones and the
+  weights a run keeps are the evaluated ones; its state_dict() carries the mode (the loop
+  checkpoints in train mode). suite/components/schedulefree.py is one.
 - sampler: `next()` returns the indices of the next batch, drawn with `generator` only, so
   that a resumed run draws the same batches; `state_dict()`/`load_state_dict()` carry any
   position it keeps (the base class keeps none). A sampler that adapts to training sets

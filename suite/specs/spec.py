@@ -79,8 +79,13 @@ def resolve(
         targets = [kind] if kind else [k for k in params if bare in params[k]]
         if not targets or bare not in params[targets[0]]:
             known = sorted({k for kind_params in ([params[kind]] if kind else params.values()) for k in kind_params})
-            where = f"the {kind} '{spec[kind].get('name', kind)}'" if kind else "no chosen component"
-            raise SuiteError(f"--set {key}: {where} takes '{bare}'{_closest(bare, known)}")
+            if not kind:
+                raise SuiteError(f"--set {key}: no chosen component takes '{bare}'{_closest(bare, known)}")
+            takes = f"it takes {', '.join(known)}" if known else "it takes no settings"
+            raise SuiteError(
+                f"--set {key}: the {kind} '{spec[kind].get('name', kind)}' does not take '{bare}'"
+                f"{_closest(bare, known)}; {takes}"
+            )
         for kind_ in targets:
             spec[kind_][bare] = params[kind_][bare].check(value)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < INT_LIMIT:
@@ -89,6 +94,33 @@ def resolve(
     if trains:
         TrainConfig(**spec["train"])  # its checks, before anything runs
     return spec
+
+
+# Settings that, on, let a component run code it loads (a transformers model folder's own Python).
+# Only the person at the keyboard turns one on, with a flag of the command they type (`run --set
+# trust_remote_code=true`); a file never does: a spec.json under `run --like`, a grid file, a method
+# file or a board's tuning.json, a manifest.
+CODE_SETTINGS = ("trust_remote_code",)
+
+
+def runs_loaded_code(spec: dict) -> list[str]:
+    """The spec's CODE_SETTINGS that are on, as kind.key."""
+    return [
+        f"{kind}.{key}"
+        for kind, part in spec.items()
+        if isinstance(part, dict)
+        for key in CODE_SETTINGS
+        if part.get(key) is True
+    ]
+
+
+def refuse_loaded_code(spec: dict, where: str) -> None:
+    """One line if a spec read from a file would let a component run code it loads (CODE_SETTINGS)."""
+    if on := runs_loaded_code(spec):
+        raise SuiteError(
+            f"{where}: {on[0]} = true would run the code of the model's folder, and only a flag you type "
+            f"grants that, never a file: run the cell with `python -m suite run ... --set {on[0]}=true` if you trust it"
+        )
 
 
 def model_opt_defaults(model: str, opt: str) -> dict[str, Any]:
