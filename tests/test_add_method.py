@@ -172,7 +172,7 @@ def test_a_board_whose_runs_do_not_match_its_record_is_refused_in_one_line(commi
     if damage == "made by other code":
         for result in results:  # as another version of the task's module would have recorded it
             code = json.loads((result.parent / "code.json").read_text())
-            code["task"]["source_sha256"] = "0" * 64
+            code["task"]["code_sha256"] = "0" * 64
             (result.parent / "code.json").write_text(json.dumps(code))
     for result in results if damage == "every final run deleted" else results[:1] if "one" in damage else []:
         shutil.rmtree(result.parent)

@@ -243,7 +243,7 @@ class RunDir:
         code = read_json(path)
         if not (isinstance(code, dict) and all(map(_code_entry, code.values()))):
             raise UnreadableFile(
-                f"{path} is not a code record of this suite (per component: module, source_sha256); "
+                f"{path} is not a code record of this suite (per component: module, code_sha256); "
                 "delete the run dir to run it again"
             )
         return code
@@ -333,6 +333,7 @@ def _code_entry(entry) -> bool:
     return (
         isinstance(entry, dict)
         and isinstance(entry.get("module"), str)
+        and isinstance(entry.get("code_sha256"), str | None)
         and isinstance(entry.get("source_sha256"), str | None)
     )
 
