@@ -274,8 +274,9 @@ def test_run_like_reruns_a_run_s_spec_with_only_the_changes_given(tmp_path):
     first = tmp_path / "first"
     args = ["--set", "p=23", "--set", "batch_size=64", "--steps", "20", "--set", "eval_every=10", "--seed", "3"]
     assert run_cli("run", *args, "--opt", "adamlr", "--set", "c=4", "--out", first).returncode == 0
-    again = run_cli("run", "--like", first, "--out", first)  # the very spec, seed included
-    assert again.returncode == 0 and "already finished" in again.stderr, again.stderr
+    again = run_cli("run", "--like", first, "--root", tmp_path / "runs")  # the very spec, seed included
+    assert again.returncode == 0 and again.stderr.strip() == f"already finished: {first}", again.stderr
+    assert again.stdout.strip() == str(first / "result.json") and not (tmp_path / "runs").exists()  # not trained again
     assert run_cli("run", "--like", first, "--set", "opt.lr=0.02", "--out", tmp_path / "lr").returncode == 0
     assert run_cli("run", "--like", first, "--opt", "adam", "--out", tmp_path / "adam").returncode == 0
     ran, lr, adam = (json.loads((d / "spec.json").read_text()) for d in (first, tmp_path / "lr", tmp_path / "adam"))
