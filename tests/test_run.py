@@ -42,7 +42,7 @@ def test_run_writes_spec_metrics_and_result(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")
     assert re.search(
-        r"^\[[0-9a-f]{8}\] step 0 train_acc [\d.]+ val_acc", proc.stderr, re.M
+        r"^\[adamlr modular/mlp\] step 0 train_acc [\d.]+ val_acc", proc.stderr, re.M
     )  # plain progress lines off a tty
     spec = json.loads((out / "spec.json").read_text())
     assert spec["opt"]["name"] == "adamlr" and spec["opt"]["c"] == 10.0 and spec["seed"] == 2

@@ -70,9 +70,11 @@ def run(args) -> int:
         results = execute(cells, device, compile=args.compile, wandb=args.wandb, rerun_changed=args.rerun_changed)
     except Preempted as stop:
         if stop.signal == "SIGINT":
-            print(
-                f"interrupted at step {stop.step}, checkpointed; run the same command again to resume", file=sys.stderr
-            )
+            if stop.checkpointed:
+                said = f"interrupted at step {stop.step}, checkpointed; run the same command again to resume"
+            else:
+                said = "interrupted before the first training step; run the same command again to start"
+            print(said, file=sys.stderr)
             return 130
         print(f"stopped: {stop}", file=sys.stderr)
         return 3  # not an error: the checkpoint is in place for the requeued job
