@@ -146,8 +146,8 @@ def closing_sentence(out: Path, written: list[str], rows: list) -> str:
     named = "; ".join(judged[:NAMED]) + (
         f"; and {len(judged) - NAMED} more faster or slower" if len(judged) > NAMED else ""
     )
-    rest = f"{unresolved} row{'s' * (unresolved != 1)} not resolved"
-    return f"Verdicts: {named}; {rest}." if judged else f"Verdicts: none faster or slower than its baseline; {rest}."
+    rest = f"; {unresolved} row{'s' * (unresolved != 1)} not resolved" if unresolved else ""
+    return f"Verdicts: {named}{rest}." if judged else f"Verdicts: none faster or slower than its baseline{rest}."
 
 
 TABLE_HEADER = (
