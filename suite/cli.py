@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
+import time
 
 from suite.commands import COMMANDS
 from suite.errors import FAULTS, SuiteError, missing_extra
@@ -17,14 +19,77 @@ from suite.errors import FAULTS, SuiteError, missing_extra
 
 def runtime_defaults() -> None:
     """Environment defaults torch reads when it is imported: main() sets them first, so
-    `python -m suite` and the grok-suite console script (which calls main() directly) run alike."""
-    # No OMP_WAIT_POLICY here: passive waiting cost a run alone ~25% (18.3 vs 14.6 s); the places
-    # where runs share cores (local workers, the sbatch script, the tests) ask for it themselves.
+    `python -m suite` and the grok-suite console script (which calls main() directly) run alike.
+    They are the command line's, not the library's: an import must not change how the importing
+    program's own threads run."""
     # Ensembles allocate activations and gradients of tens of MB every step; glibc hands blocks
     # that large straight back to the kernel, so each step page-faults them in again. Huge pages
     # (torch's allocator madvises blocks >= 2 MB) made a K = 32 step 1.4x faster here; results
     # are unchanged (it is where memory lives, not what is computed).
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.update(thread_defaults(os.environ, cores, busy_cores()))
+
+
+def thread_defaults(environ, cores: int, busy: int | None) -> dict[str, str]:
+    """torch's threads for this process, by the cores other processes are computing on now. On an
+    idle machine torch's own defaults (a thread a core, waiting threads spinning) are the fastest
+    for a run alone (a passive wait cost it ~25%, 18.3 vs 14.6 s) and what the bench's plain loop
+    runs with. Beside other work, spinning threads steal the cores that work needs and a run
+    crawled 4-18x slower: then a thread per free core (at least one) that sleeps while it waits,
+    as the local grid's workers run. A choice the user made (OMP_NUM_THREADS, OMP_WAIT_POLICY) stands."""
+    if busy is None or busy <= 0 or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(environ):
+        return {}
+    threads = str(max(1, cores - busy))
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def busy_cores(samples: int = 5, apart_s: float = 0.01) -> int | None:
+    """How many threads of other processes are running now: the kernel's count of runnable threads
+    (/proc/loadavg's fourth field) less this one, the least of a few samples 10 ms apart, so that
+    a moment's work (a shell command) is not taken for a shared machine. Not the load average: it
+    lags by a minute, and a run started right after another would take the last one's load for
+    its own. None where there is no /proc/loadavg (not Linux): torch's defaults then."""
+    counts = []
+    try:
+        for i in range(samples):
+            if i:
+                time.sleep(apart_s)
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]))
+    except (OSError, ValueError, IndexError):
+        return None
+    return min(counts) - 1
+
+
+# The core install's modules (pyproject.toml's dependencies, by import name): a Python without them
+# is not the suite's environment, and every command would fail on them, or (`list`) half work.
+CORE_MODULES = (
+    "torch",
+    "torchvision",
+    "einops",
+    "pandas",
+    "pyarrow",
+    "tqdm",
+    "PIL",
+    "numpy",
+    "safetensors",
+    "scipy",
+    "matplotlib",
+    "threadpoolctl",
+)
+
+
+def missing_core() -> str | None:
+    """One line for a Python that lacks the core install (the venv not active), or None."""
+    missing = [name for name in CORE_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    more = f" (and {len(missing) - 1} more of its requirements)" if len(missing) > 1 else ""
+    return (
+        f"this Python ({sys.executable}) has no {missing[0]}{more}: the suite runs in the environment it was "
+        "installed into; activate it (source .venv/bin/activate) or run .venv/bin/python -m suite"
+    )
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -52,6 +117,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     runtime_defaults()  # before any command imports torch
+    if (missing := missing_core()) is not None:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     parser = make_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

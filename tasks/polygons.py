@@ -44,6 +44,7 @@ import io
 import itertools
 import math
 import sys
+import time
 from collections.abc import Sequence
 from typing import Literal, Optional
 
@@ -131,11 +132,9 @@ def load_images(resolution: int, pipeline: str = "suite") -> torch.Tensor:
         print(f"polygons: cache {path} is unreadable; rendering again", file=sys.stderr)
     print(f"polygons: rendering {expected[0]} images at {resolution} px into {path} (once)", file=sys.stderr)
     if pipeline == "suite":
-        images = torch.from_numpy(np.stack([render(c, resolution) for c in all_cells().tolist()]))[:, None]
+        images = torch.from_numpy(rendered(lambda c: render(c, resolution)))[:, None]
     else:
-        images = torch.from_numpy(np.stack([insight_image(c, resolution) for c in all_cells().tolist()])).permute(
-            0, 3, 1, 2
-        )
+        images = torch.from_numpy(rendered(lambda c: insight_image(c, resolution))).permute(0, 3, 1, 2)
         images = images.contiguous()
     buffer = io.BytesIO()
     torch.save(images, buffer)
@@ -145,6 +144,18 @@ def load_images(resolution: int, pipeline: str = "suite") -> torch.Tensor:
     except OSError as err:  # a read-only home is no reason to fail the run
         print(f"polygons: could not write the cache ({err}); continuing without it", file=sys.stderr)
     return images
+
+
+def rendered(draw, every_s: float = 10.0) -> np.ndarray:
+    """Every combination's image, drawn in order, with a line every every_s seconds: on a busy
+    CPU the render takes a minute or more, and a silent minute looks like a hang."""
+    cells, images, last = all_cells().tolist(), [], time.monotonic()
+    for i, c in enumerate(cells, 1):
+        images.append(draw(c))
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            print(f"polygons: {i:,} of {len(cells):,} images rendered", file=sys.stderr, flush=True)
+    return np.stack(images)
 
 
 @register_task("polygons", gives="image")

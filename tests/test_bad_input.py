@@ -416,8 +416,8 @@ GRID_VALUES = {  # kind -> (grid file text, what the line says)
 
 @pytest.mark.parametrize(
     "kind, command",
-    # status reads a grid's cells and builds none of them: a cell that cannot be built is grid's to refuse
-    [(k, c) for k in GRID_VALUES for c in ("grid", "grid --dry-run", "status") if not (c == "status" and "built" in k)],
+    # status and a dry run read a grid's cells and build none of them: a cell that cannot be built is grid's to refuse
+    [(k, c) for k in GRID_VALUES for c in ("grid", "grid --dry-run", "status") if not (c != "grid" and "built" in k)],
 )
 def test_a_grid_file_that_cannot_run(tmp_path, capsys, monkeypatch, kind, command):
     text, message = GRID_VALUES[kind]

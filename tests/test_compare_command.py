@@ -5,6 +5,7 @@ import csv
 import math
 
 import pytest
+from conftest import REPO
 from test_leaderboard_embedding import write_run
 
 from suite.cli import main
@@ -140,3 +141,18 @@ def test_two_roots_of_different_methods_say_that_two_roots_pair_a_method_with_it
     err = capsys.readouterr().err
     assert "no cell where both sides ran the same method" in err and "--a / --b filters" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_quick_run_compares_with_the_committed_board_of_its_cell(tmp_path, capsys):
+    # README's quick grid stops a run sat at chance (train.chance_patience 2,000), the adamlr board's
+    # runs never stopped so: that stopping rule split the same method in two, and nothing met
+    (tmp_path / "quick.toml").write_text(
+        'name = "quick"\n[fixed]\ntask = "modular"\nmodel = "mlp"\n"train.steps" = 50\n'
+        '[axes]\nopt = ["adam", "adamlr"]\nseed = [0, 1]\n'
+    )
+    assert main(["grid", str(tmp_path / "quick.toml"), "--root", str(tmp_path / "runs")]) == 0
+    board = REPO / "leaderboards" / "adamlr" / "runs"
+    assert main(["compare", str(tmp_path / "runs"), str(board), "--out", str(tmp_path / "out")]) == 0
+    rows = _rows(tmp_path / "out")
+    assert sorted((r["method_a"], r["method_b"]) for r in rows) == [("adam", "adam"), ("adamlr", "adamlr c=10")]
+    assert all(r["seeds_a"] == "2" and r["seeds_b"] == "10" and r["budget"] == "50" for r in rows)

@@ -31,3 +31,27 @@ def test_status_of_a_tuned_grid_points_to_tune(tmp_path, capsys):
     (tmp_path / "g.toml").write_text(TINY_FIXED + tuned)
     assert main(["status", str(tmp_path / "g.toml")]) == 2
     assert "suite tune" in capsys.readouterr().err
+
+
+def test_a_run_says_what_it_trains_before_its_first_evaluation_and_names_its_method(tmp_path, capsys):
+    # a hash named the stack, and nothing was said before the first evaluation (minutes for ResNet-18)
+    settings = [
+        "--set",
+        "p=11",
+        "--set",
+        "train_frac=0.5",
+        "--set",
+        "d=8",
+        "--set",
+        "hidden=16",
+        "--set",
+        "batch_size=8",
+    ]
+    argv = ["run", "--opt", "adamlr", "--filter", "grokfast_ema", *settings, "--steps", "20", "--set", "eval_every=10"]
+    assert main([*argv, "--seeds", "0,1", "--root", str(tmp_path)]) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert (
+        said[0]
+        == "[adamlr+grokfast_ema modular/mlp x2] steps 0 to 20, evaluating every 10 on 60 train and 24 val examples"
+    )
+    assert any(line.startswith("[adamlr+grokfast_ema modular/mlp x2] step 0 train_acc ") for line in said)

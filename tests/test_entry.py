@@ -1,14 +1,19 @@
 """The two entry points, `python -m suite` and the grok-suite console script, behave alike."""
 
+import importlib.util
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
 
+import pytest
 from conftest import REPO, run_cli
 
 import suite
+from suite.cli import CORE_MODULES, busy_cores, main, thread_defaults
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
@@ -19,7 +24,7 @@ seen = {}
 class Watch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == "torch" and not seen:
-            seen.update({k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")})
+            seen.update({k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")})
 sys.meta_path.insert(0, Watch())
 atexit.register(lambda: print("ENV-AT-TORCH-IMPORT " + json.dumps(seen)))
 """
@@ -41,9 +46,10 @@ def test_version_is_the_packages():
 
 
 def run_entry(code: str, **user) -> tuple[subprocess.CompletedProcess, list[str], dict]:
-    """Run an entry point with OMP_WAIT_POLICY and THP_MEM_ALLOC_ENABLE unset unless the user
+    """Run an entry point with the thread settings and THP_MEM_ALLOC_ENABLE unset unless the user
     sets them: the process, its stdout lines and the environment torch was imported under."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")} | user
+    ours = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")
+    env = {k: v for k, v in os.environ.items() if k not in ours} | user
     proc = subprocess.run(
         [sys.executable, "-c", WATCH_TORCH + code], env=env, capture_output=True, text=True, timeout=300
     )
@@ -53,13 +59,69 @@ def run_entry(code: str, **user) -> tuple[subprocess.CompletedProcess, list[str]
 
 
 def test_console_script_sets_the_environment_before_torch_as_python_m_suite_does():
-    module = run_entry(MODULE)
-    script = run_entry(SCRIPT.format(target=PYPROJECT["project"]["scripts"]["grok-suite"]))
+    # the user's thread count: what the entry points set by the load (next test) is out of the picture
+    module = run_entry(MODULE, OMP_NUM_THREADS="1")
+    script = run_entry(SCRIPT.format(target=PYPROJECT["project"]["scripts"]["grok-suite"]), OMP_NUM_THREADS="1")
     for proc, out, env in (module, script):
         assert proc.returncode == 0, proc.stderr
-        # huge pages on; OpenMP's own waiting for a run alone (workers, Slurm and tests ask for passive)
-        assert env == {"OMP_WAIT_POLICY": None, "THP_MEM_ALLOC_ENABLE": "1"}
+        # huge pages on; the user's threads wait as OpenMP's own default has them
+        assert env == {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": None, "THP_MEM_ALLOC_ENABLE": "1"}
         assert any(line.startswith("  adamlr ") for line in out)
     assert script[1] == module[1]
     _, _, kept = run_entry(MODULE, THP_MEM_ALLOC_ENABLE="0", OMP_WAIT_POLICY="PASSIVE")
-    assert kept == {"OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "0"}  # what the user set is kept
+    assert kept == {"OMP_NUM_THREADS": None, "OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "0"}  # the user's
+
+
+def test_beside_work_on_every_core_torch_gets_one_thread_that_sleeps_while_it_waits():
+    # one spinning process per core: spinning OpenMP threads beside them made a run 4-18x slower
+    cores = len(os.sched_getaffinity(0))
+    spinners = [
+        subprocess.Popen(
+            [sys.executable, "-c", "print('spinning', flush=True)\nwhile True: pass"], stdout=subprocess.PIPE
+        )
+        for _ in range(cores)
+    ]
+    try:
+        assert all(s.stdout.readline() == b"spinning\n" for s in spinners)
+        proc, _, env = run_entry(MODULE)
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert env == {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "1"}
+
+
+@pytest.mark.parametrize(
+    "environ, busy, chosen",
+    [
+        ({}, 0, {}),  # idle: torch's own defaults, the fastest for a run alone and the plain loop's
+        ({}, None, {}),  # no /proc to tell: the same
+        ({}, 1, {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OMP_WAIT_POLICY": "PASSIVE"}),
+        ({}, 9, {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}),
+        ({"OMP_NUM_THREADS": "4"}, 9, {}),  # the user's choice stands
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, 9, {}),
+    ],
+)
+def test_threads_follow_the_cores_other_processes_leave_free(environ, busy, chosen):
+    assert thread_defaults(environ, 4, busy) == chosen
+
+
+def test_busy_cores_leaves_out_the_process_that_counts(monkeypatch):
+    readings = iter(["0.50 0.40 0.30 3/120 999\n", "0.50 0.40 0.30 1/120 999\n", "0.50 0.40 0.30 2/120 999\n"])
+    monkeypatch.setattr("builtins.open", lambda path: io.StringIO(next(readings)))
+    assert busy_cores(samples=3, apart_s=0) == 0  # a moment's other work is not a shared machine
+
+
+def test_a_python_without_the_suite_s_requirements_is_one_line_and_exit_code_2(monkeypatch, capsys):
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "torch" else found(name))
+    assert main(["list"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "has no torch" in err[0] and ".venv/bin/python -m suite" in err[0]
+
+
+def test_the_core_modules_checked_are_pyproject_s_dependencies():
+    names = {re.split(r"[<>=\[ ]", dep)[0].lower() for dep in PYPROJECT["project"]["dependencies"]}
+    imports = {"pillow": "PIL"}
+    assert sorted(imports.get(n, n) for n in names) == sorted(CORE_MODULES)

@@ -4,6 +4,7 @@ network, Ctrl-C, and Slurm limits that would requeue forever."""
 
 import errno
 import io
+import json
 import os
 import shutil
 import signal
@@ -281,3 +282,56 @@ def test_a_full_disk_in_a_grids_workers_is_one_line_naming_the_file_not_a_line_p
     assert "No space left on device" in errors[0] and str(tmp_path / "runs") in errors[0]
     assert errors[0].split(": ")[1].endswith(".json")  # the file it could not write
     assert " failed " not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 3), (signal.SIGINT, 130)])
+def test_a_signal_while_the_data_is_built_stops_the_run_at_once_as_a_preemption(tmp_path, sig, code):
+    # the polygons' render takes a minute or more on a busy CPU: it says how far it got, and a
+    # signal ends it there (exit code 3 as a preempted run's, 130 for Ctrl-C), with nothing written
+    out = tmp_path / "run"
+    args = ["--task", "polygons", "--model", "mlp", "--set", "resolution=8", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SUITE_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", *args], env=env, stderr=subprocess.PIPE, text=True)
+    said = []
+    while not (said and said[-1].startswith("polygons: rendering")):
+        said.append(proc.stderr.readline())
+        assert said[-1], f"the run ended before rendering: {''.join(said)}"
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == code
+    last = proc.stderr.read().strip().splitlines()[-1]
+    assert last in (
+        "stopped: SIGTERM before the first training step: nothing to resume",
+        "interrupted before the first training step; run the same command again to start",
+    )
+    assert not out.exists() and not list((tmp_path / "cache").glob("*.pt"))
+
+
+@pytest.mark.parametrize("step", [0, 30])
+def test_a_signal_during_an_evaluation_ends_it_there_and_the_run_resumes_to_the_same_numbers(
+    tmp_path, monkeypatch, capsys, step
+):
+    # a big model's evaluation takes minutes on a CPU: a signal then must not wait for it to end
+    from suite.engine.stack import Stack
+
+    assert main(["run", *ARGS, "--out", str(tmp_path / "reference")]) == 0
+    evaluate = Stack.evaluate
+
+    def signalled_at(stack, at):
+        if at == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(stack, at)
+
+    monkeypatch.setattr(Stack, "evaluate", signalled_at)
+    out = tmp_path / "run"
+    assert main(["run", *ARGS, "--out", str(out)]) == 3
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(0, step, 10))  # the evaluation it stopped wrote nothing
+    if step:  # checkpointed where it stopped (CELL checkpoints every 20 steps, so only the stop writes 30)
+        assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == step
+        assert capsys.readouterr().err.strip().endswith(f"SIGTERM at step {step}: checkpointed in {out}")
+    else:
+        assert not (out / "checkpoint.pt").exists()
+        assert capsys.readouterr().err.strip().endswith("SIGTERM before the first training step: nothing to resume")
+    monkeypatch.setattr(Stack, "evaluate", evaluate)
+    assert main(["run", *ARGS, "--out", str(out)]) == 0
+    assert metrics_text(out) == metrics_text(tmp_path / "reference")

@@ -192,6 +192,21 @@ def test_missing_grid_file(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_a_dry_run_counts_the_cells_and_builds_none(tmp_path, capsys, monkeypatch):
+    # building paper.toml's 91 groups (data, models, samplers, optimizers) made its dry run take minutes
+    grid = write(tmp_path, TINY_FIXED + '[axes]\nopt = ["adam", "sgd"]\nseed = [0, 1]\n')
+
+    def built(*args, **kwargs):
+        raise AssertionError("a dry run built a cell")
+
+    monkeypatch.setattr("suite.engine.member.Member.build", built)
+    assert main(["grid", str(grid), "--dry-run", "--root", str(tmp_path / "runs")]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == "g: 4 cells, 0 done, 0 running, 4 to run" and len(out.splitlines()) == 4
+    with pytest.raises(AssertionError, match="a dry run built a cell"):  # a run builds them first
+        main(["grid", str(grid), "--root", str(tmp_path / "runs")])
+
+
 def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_path, capsys):
     grid = write(
         tmp_path,

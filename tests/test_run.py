@@ -42,7 +42,7 @@ def test_run_writes_spec_metrics_and_result(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")
     assert re.search(
-        r"^\[[0-9a-f]{8}\] step 0 train_acc [\d.]+ val_acc", proc.stderr, re.M
+        r"^\[adamlr modular/mlp\] step 0 train_acc [\d.]+ val_acc", proc.stderr, re.M
     )  # plain progress lines off a tty
     spec = json.loads((out / "spec.json").read_text())
     assert spec["opt"]["name"] == "adamlr" and spec["opt"]["c"] == 10.0 and spec["seed"] == 2
@@ -274,8 +274,9 @@ def test_run_like_reruns_a_run_s_spec_with_only_the_changes_given(tmp_path):
     first = tmp_path / "first"
     args = ["--set", "p=23", "--set", "batch_size=64", "--steps", "20", "--set", "eval_every=10", "--seed", "3"]
     assert run_cli("run", *args, "--opt", "adamlr", "--set", "c=4", "--out", first).returncode == 0
-    again = run_cli("run", "--like", first, "--out", first)  # the very spec, seed included
-    assert again.returncode == 0 and "already finished" in again.stderr, again.stderr
+    again = run_cli("run", "--like", first, "--root", tmp_path / "runs")  # the very spec, seed included
+    assert again.returncode == 0 and again.stderr.strip() == f"already finished: {first}", again.stderr
+    assert again.stdout.strip() == str(first / "result.json") and not (tmp_path / "runs").exists()  # not trained again
     assert run_cli("run", "--like", first, "--set", "opt.lr=0.02", "--out", tmp_path / "lr").returncode == 0
     assert run_cli("run", "--like", first, "--opt", "adam", "--out", tmp_path / "adam").returncode == 0
     ran, lr, adam = (json.loads((d / "spec.json").read_text()) for d in (first, tmp_path / "lr", tmp_path / "adam"))

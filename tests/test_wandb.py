@@ -382,6 +382,8 @@ def test_track_logs_finished_run_folders_grouped_by_problem_and_typed_by_tuned_m
     env = {"WANDB_DIR": str(tmp_path), **OFFLINE}
     proc = run_cli("track", root, "--wandb", "offline", env=env)
     assert proc.returncode == 0, proc.stderr
+    said = proc.stderr.splitlines()  # one line a run, none of W&B's own (7,701 lines for 220 runs before)
+    assert len(said) == 3 and said[0].startswith("[1/2] logged ") and said[-1] == "2 runs logged to W&B (offline)"
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing written into them
     runs = {d: offline_run(tmp_path, "r" + spec_id(r["spec"])[:7]) for d, r in result_of.items()}
     assert len({run["run"].run_group for run in runs.values()}) == 1  # one problem, two methods

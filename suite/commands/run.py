@@ -58,11 +58,11 @@ def run(args) -> int:
     from suite.results.result import summary
     from suite.results.rundir import RunDir, read_json
     from suite.specs.cell import Cell
-    from suite.specs.spec import default_run_dir, spec_id
+    from suite.specs.spec import spec_id
 
     specs = resolve_specs(args)
     device = resolve_device(args.device)
-    cells = [Cell(spec, Path(args.out) if args.out else default_run_dir(spec, args.root)) for spec in specs]
+    cells = [Cell(spec, run_dir_of(spec, args)) for spec in specs]
     for cell in cells:
         if (cell.run_dir / "spec.json").exists() and spec_id(read_json(cell.run_dir / "spec.json")) != cell.id:
             raise SuiteError(f"{cell.run_dir} holds a different spec; choose another --out")
@@ -70,9 +70,11 @@ def run(args) -> int:
         results = execute(cells, device, compile=args.compile, wandb=args.wandb, rerun_changed=args.rerun_changed)
     except Preempted as stop:
         if stop.signal == "SIGINT":
-            print(
-                f"interrupted at step {stop.step}, checkpointed; run the same command again to resume", file=sys.stderr
-            )
+            if stop.checkpointed:
+                said = f"interrupted at step {stop.step}, checkpointed; run the same command again to resume"
+            else:
+                said = "interrupted before the first training step; run the same command again to start"
+            print(said, file=sys.stderr)
             return 130
         print(f"stopped: {stop}", file=sys.stderr)
         return 3  # not an error: the checkpoint is in place for the requeued job
@@ -83,6 +85,20 @@ def run(args) -> int:
     for cell in cells:
         print(RunDir(cell.run_dir) / "result.json")
     return 0
+
+
+def run_dir_of(spec: dict, args) -> Path:
+    """--out; else the --like run's own folder where the flags changed nothing (a finished run is
+    said to be finished there, an interrupted one resumes there, wherever it was written); else
+    the spec's folder under --root."""
+    from suite.results.rundir import read_json
+    from suite.specs.spec import default_run_dir, spec_id
+
+    if args.out:
+        return Path(args.out)
+    if args.like and spec_id(read_json(Path(args.like) / "spec.json")) == spec_id(spec):
+        return Path(args.like)
+    return default_run_dir(spec, args.root)
 
 
 def resolve_specs(args) -> list[dict]:

@@ -18,6 +18,7 @@ milestones and early stop; a single run is the stack of one. The members own the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -36,19 +37,23 @@ from suite.errors import SuiteError
 from suite.results.result import provenance
 from suite.results.rundir import rng_states
 from suite.specs.cell import Cell
-from suite.specs.spec import spec_id
 
 
 class Preempted(Exception):
     """Raised after a checkpoint when SIGUSR1/SIGTERM (Slurm's requeue) or SIGINT (Ctrl-C) asked
-    the run to stop: `signal` names which, `step` is where the checkpoint stands."""
+    the run to stop: `signal` names which, `step` is where the checkpoint stands. Asked before the
+    first training step (while the data is built, or at the first evaluation), there is nothing to
+    checkpoint: run_dirs is empty, and the same command starts the run again."""
 
     def __init__(self, signal_name: str, step: int, run_dirs: list):
         where = [str(d) for d in run_dirs]
         if len(where) > 3:  # a stack of 1,024 members: one line, not a thousand paths
             where = [f"{len(where)} run folders under {os.path.commonpath(where)}"]
-        super().__init__(f"{signal_name} at step {step}: checkpointed in {', '.join(where)}")
-        self.signal, self.step = signal_name, step
+        if where:
+            super().__init__(f"{signal_name} at step {step}: checkpointed in {', '.join(where)}")
+        else:
+            super().__init__(f"{signal_name} before the first training step: nothing to resume")
+        self.signal, self.step, self.checkpointed = signal_name, step, bool(where)
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -79,23 +84,28 @@ def train(cells: list[Cell], device: torch.device, compile: bool = False) -> lis
 def _train(cells: list[Cell], device: torch.device, compile: bool) -> list[dict]:
     for cell in cells:  # a grid's check builds its cells on the CPU, so the device's own checks are here
         precision.check(cell.spec["train"]["precision"], device)
-    members = [Member.build(cell.spec, device) for cell in cells]  # bad input raises from here on...
-    claim(members, cells)  # finished meanwhile: its result is read
-    try:
-        planned = stacks(members, device)  # ...to here (their optimizers and filters)
-        for m in members:
-            if m.result is None:
-                m.open()  # the first write
-                if m.tracker is not None:
-                    m.tracker.start()  # before any clock: W&B's start-up is not training time
-        race = Race(members)
-        for stack in planned:
-            train_stack(stack, device, compile, race)
-    except BaseException:
-        for m in members:
-            if m.result is None:
-                m.release()
-        raise
+    with _StopFlag() as stop:
+        try:
+            with stop.at_once():  # building the data can take minutes (polygons renders 14,641 images)
+                members = [Member.build(cell.spec, device) for cell in cells]  # bad input raises from here on...
+        except _StopNow:
+            raise Preempted(stop.raised, 0, []) from None  # nothing written yet
+        claim(members, cells)  # finished meanwhile: its result is read
+        try:
+            planned = stacks(members, device)  # ...to here (their optimizers and filters)
+            for m in members:
+                if m.result is None:
+                    m.open()  # the first write
+                    if m.tracker is not None:
+                        m.tracker.start()  # before any clock: W&B's start-up is not training time
+            race = Race(members)
+            for stack in planned:
+                train_stack(stack, device, compile, stop, race)
+        except BaseException:
+            for m in members:
+                if m.result is None:
+                    m.release()
+            raise
     return [m.result for m in members]
 
 
@@ -117,25 +127,28 @@ def train_step(stack: Stack, step: int, forward) -> None:
     stack.update.step()
 
 
-def train_stack(stack: Stack, device: torch.device, compile: bool, race: Race | None = None) -> None:
+def train_stack(stack: Stack, device: torch.device, compile: bool, stop: _StopFlag, race: Race | None = None) -> None:
     """The loop over steps for one stack, from where its members' checkpoints stand to their stops."""
     cfg, start, members, K = stack.cfg, stack.live[0].start, list(stack.live), len(stack.live)
     how = provenance(K, device, compile)
     forward = torch.compile(stack.model) if compile else stack.model
-    progress = Progress(cfg.steps, start, spec_id(stack.spec)[:8] + (f" x{K}" if K > 1 else ""))
+    progress = Progress(cfg.steps, start, stack_label(stack.spec, K))
+    progress.begin(stack.cfg.eval_every, stack.x_train.shape[1], stack.x_val.shape[1])
     stack.start()
     clock = WallShare(K)
-    with _StopFlag() as stop, precision.matmul_mode(cfg.precision, device):
+    with precision.matmul_mode(cfg.precision, device):
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
                 checkpoint(stack, step, clock.now())
                 if stop.raised:
-                    progress.close()
-                    for m in stack.live:
-                        m.release()
-                    raise Preempted(stop.raised, step, [m.run_dir.path for m in stack.live])
+                    _preempted(stack, step, stop.raised, progress)
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                record(stack, step, how, clock, race)
+                try:
+                    record(stack, step, how, clock, stop, race)
+                except _StopNow:  # in the evaluation, before anything was written
+                    if step > start:
+                        checkpoint(stack, step, clock.now())
+                    _preempted(stack, step, stop.raised, progress)
                 progress.update(step, _summary([m.record for m in members if m.record]), _notes(stack.live, K))
                 stack.leave()
                 if not stack.live:
@@ -145,12 +158,32 @@ def train_stack(stack: Stack, device: torch.device, compile: bool, race: Race | 
     progress.close()
 
 
-def record(stack: Stack, step: int, how: dict, clock: WallShare, race: Race | None = None) -> None:
+def _preempted(stack: Stack, step: int, signal_name: str, progress: Progress) -> None:
+    """Stop the stack where its checkpoint stands (at step 0 there is none: nothing to resume)."""
+    progress.close()
+    checkpointed = [m.run_dir.path for m in stack.live if step > 0]
+    for m in stack.live:
+        m.release()
+    raise Preempted(signal_name, step, checkpointed)
+
+
+def stack_label(spec: dict, K: int) -> str:
+    """How progress lines name a stack: its method (optimizer, and filter and sampler where not the
+    plain ones) on its task and model, and how many members; a grid's log names its cells besides."""
+    method = [spec["opt"]["name"]]
+    method += [spec["filter"]["name"]] if spec["filter"]["name"] != "none" else []
+    method += [spec["sampler"]["name"]] if spec["sampler"]["name"] != "random" else []
+    return f"{'+'.join(method)} {spec['task']['name']}/{spec['model']['name']}" + (f" x{K}" if K > 1 else "")
+
+
+def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag, race: Race | None = None) -> None:
     """Evaluate the stack, write each member's record (or mark it diverged), and finish the
     members that stop here: all of it on the weights each method means to be evaluated (the
     optimizer contract's eval mode, where an optimizer has one)."""
     with evaluated(stack.update):
-        for i, (m, evaluation) in enumerate(zip(stack.live, stack.evaluate(step))):
+        with stop.at_once():  # a big model's evaluation takes minutes: a signal ends it there
+            evaluations = stack.evaluate(step)
+        for i, (m, evaluation) in enumerate(zip(stack.live, evaluations)):
             if evaluation is None:
                 m.diverged = True
                 m.notes.append("diverged")
@@ -193,12 +226,18 @@ def checkpoint(stack: Stack, step: int, wall_share: float) -> None:
         m.save_checkpoint(state | rng_states(stack.device) | {"step": step, "wall_s": m.wall_before + wall_share})
 
 
+class _StopNow(Exception):
+    """A stop signal that came inside _StopFlag.at_once."""
+
+
 class _StopFlag:
     """SIGUSR1 (Slurm's warning before the time limit), SIGTERM or SIGINT (Ctrl-C): finish the step,
-    checkpoint, exit."""
+    checkpoint, exit. Inside at_once (what can take minutes without a step: building the data, an
+    evaluation) the signal stops that work where it is, raising _StopNow."""
 
     def __init__(self):
         self.raised = None
+        self.stop_at_once = False
         self._old = {}
 
     def __enter__(self):
@@ -211,6 +250,20 @@ class _StopFlag:
 
     def _handle(self, signum, frame):
         self.raised = signal.Signals(signum).name
+        if self.stop_at_once:
+            self.stop_at_once = False
+            raise _StopNow(self.raised)
+
+    @contextlib.contextmanager
+    def at_once(self):
+        """Work that a stop signal may end where it is: it changes no state the checkpoint keeps."""
+        if self.raised:
+            raise _StopNow(self.raised)
+        self.stop_at_once = True
+        try:
+            yield
+        finally:
+            self.stop_at_once = False
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
@@ -222,11 +275,22 @@ class Progress:
 
     def __init__(self, total: int, start: int, label: str, every_s: float = 10.0):
         self.tty = sys.stderr.isatty()
-        self.label, self.every_s, self.last = label, every_s, 0.0
+        self.label, self.every_s, self.last, self.start, self.total = label, every_s, 0.0, start, total
         if self.tty:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=start, desc=label, unit="step", leave=False, file=sys.stderr)
+
+    def begin(self, eval_every: int, n_train: int, n_val: int) -> None:
+        """One line before the first evaluation, which for a big model takes minutes on a CPU: that it runs."""
+        line = (
+            f"[{self.label}] steps {self.start:,} to {self.total:,}, evaluating every {eval_every:,} on "
+            f"{n_train:,} train and {n_val:,} val examples"
+        )
+        if self.tty:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def update(self, step: int, record: dict | None, note: str = "") -> None:
         if self.tty:

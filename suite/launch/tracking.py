@@ -218,7 +218,10 @@ class WandbTracker:
         if self.init_args["mode"] == "online" and _online_failed:
             self.init_args["mode"] = "offline"
         try:
-            self.run = wandb.init(**self.init_args, id=run_id, settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S))
+            # a folder logged after the fact is one of hundreds (`suite track`): W&B's own ~35 lines a run
+            # buried the one line track says of each
+            settings = wandb.Settings(init_timeout=INIT_TIMEOUT_S, silent=self.finished)
+            self.run = wandb.init(**self.init_args, id=run_id, settings=settings)
         except Exception as err:  # noqa: BLE001 - no network, no key, W&B down: the run goes on, logged offline
             if self.init_args["mode"] != "online":
                 raise

@@ -39,6 +39,12 @@ from suite.leaderboard.stats import outcome
 from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 
 
+# When a run stops early (at chance, or never having learned) is a condition of the run, as its budget
+# is, not what its method computes: a quick run and a committed board's run of the same cell and method
+# meet whatever stopping rules each ran under (a run stopped early is judged a failure either way).
+STOP_RULES = ("train.chance_patience", "train.learn_patience")
+
+
 @dataclass
 class Side:
     root: Path
@@ -88,7 +94,7 @@ def _groups(side: Side) -> dict:
         if not _matches(cell | method, side.where):
             continue
         group = groups.setdefault(
-            (settings_key(cell), settings_key(method)),
+            (settings_key(cell), settings_key({k: v for k, v in method.items() if k not in STOP_RULES})),
             {"cell": cell, "method": method, "labels": (col.cell_label(cell), col.method_label(method)), "runs": []},
         )
         group["runs"].append((run.seed, run.budget, col.metrics.get(run.dir), col.result_of[run.dir]))

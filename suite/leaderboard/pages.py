@@ -92,8 +92,9 @@ def training_pages(col: Collection, command: str, tau_max: float, files: Files) 
 
 def terminal_summary(out: Path, written: list[str]) -> list[str]:
     """What `leaderboard` prints: every task/model page's headings and tables, and the paths of
-    its accuracy plots (the pages themselves hold the rest)."""
+    its accuracy plots (the pages themselves hold the rest), then one sentence of the verdicts found."""
     lines = []
+    verdict_rows = []
     for rel in written:
         if not rel.endswith(".md") or "/" in rel:
             continue
@@ -113,7 +114,40 @@ def terminal_summary(out: Path, written: list[str]) -> list[str]:
             if png.startswith(rel[:-3] + "/") and png.endswith(".accuracy.png")
         ]
         lines.append("")
-    return lines
+        title = text.splitlines()[0].removeprefix(HEADING)
+        verdict_rows += [
+            (title, r) for r in pd.read_csv(Path(out) / f"{rel[:-3]}.csv", keep_default_na=False).itertuples()
+        ]
+    return lines + [closing_sentence(out, written, verdict_rows)]
+
+
+NAMED = 4  # the faster / slower rows the closing sentence names; the rest it counts
+
+
+def closing_sentence(out: Path, written: list[str], rows: list) -> str:
+    """The verdicts found, in one sentence: a tuned board's one verdict per method (tuning.md), else
+    every row judged faster or slower than its baseline, named up to NAMED, and how many were not resolved."""
+    if "tuning.md" in written:
+        from suite.leaderboard.headline import verdicts, word
+
+        _, methods = verdicts((Path(out) / "tuning.md").read_text())
+        if methods:
+            said = [f"{m['method']} {word(m['verdict'])} ({m['speed-up [95% CI]']})" for m in methods]
+            return f"One verdict per method over every cell (tuning.md), against its tuned baseline: {'; '.join(said)}."
+    judged = [
+        f"{r.method} {r.verdict} than {r.baseline} in {title}{' ' + r.cell if r.cell else ''} "
+        f"({interval_text(float(r.speedup), float(r.speedup_ci_low), float(r.speedup_ci_high))})"
+        for title, r in rows
+        if r.verdict in ("faster", "slower")
+    ]
+    unresolved = sum(str(r.verdict).startswith("not resolved") for _, r in rows)
+    if not judged and not unresolved:
+        return "No verdicts: no row had a plain Adam / AdamW row of its cell to be compared with."
+    named = "; ".join(judged[:NAMED]) + (
+        f"; and {len(judged) - NAMED} more faster or slower" if len(judged) > NAMED else ""
+    )
+    rest = f"; {unresolved} row{'s' * (unresolved != 1)} not resolved" if unresolved else ""
+    return f"Verdicts: {named}{rest}." if judged else f"Verdicts: none faster or slower than its baseline{rest}."
 
 
 TABLE_HEADER = (

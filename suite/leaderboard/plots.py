@@ -24,7 +24,20 @@ def figure(**kwargs):
 def to_png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})  # no version stamp in the bytes
+    if _legend_outside(fig):  # a board's method labels can make a legend wider than the figure: grow to hold it
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None}, bbox_inches="tight")
     return buf.getvalue()
+
+
+def _legend_outside(fig) -> bool:
+    """Whether a legend of the figure, as last drawn, reaches past its edges (the PNG cut it off)."""
+    edges = fig.bbox
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    return any(
+        box.x0 < edges.x0 - 1 or box.x1 > edges.x1 + 1 or box.y0 < edges.y0 - 1 or box.y1 > edges.y1 + 1
+        for box in (legend.get_window_extent() for legend in legends)
+    )
 
 
 def style(i: int) -> dict:

@@ -1,0 +1,241 @@
+"""The headline answer at the top of leaderboards/README.md, written from a tuned board (`suite
+leaderboard ROOT --out OUT --headline README`): three lines that say which methods made grokking come
+sooner once every method was tuned alike, one table of methods x cells of speed-ups with their
+intervals and verdicts, and one figure of them, each method under the one name its [tuning] table gives it.
+
+Every number is tuning.md's, as the board wrote it (the per-cell verdicts, Holm-adjusted over the
+board, and the one verdict per method over every cell: suite/leaderboard/studies/tuning.py), read
+back from its two tables, so the headline never says what the board does not. Where the board has
+no runs yet, the block says the board is being re-run and names the command that fills it. The block
+sits between two markers in the README; the rest of the README is left as it is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+from suite.errors import SuiteError
+from suite.leaderboard.tables import md_table
+from suite.results.rundir import write_atomic
+
+BEGIN = "<!-- headline: written by `{command}`; run it again rather than edit this block -->"
+END = "<!-- end of the headline -->"
+BEGIN_PATTERN = re.compile(r"<!-- headline: written by `([^`]*)`; run it again rather than edit this block -->")
+FIGURE = "headline.png"  # beside the README
+PER_CELL, PER_METHOD = "## Verdicts on the final seeds", "## One verdict per method"
+WORDS = ("faster", "slower", "not resolved", "no verdict")  # a verdict cell's first words, in that order
+
+
+def write_headline(readme: str | Path, board: str | Path | None, command: str) -> list[Path]:
+    """Put the headline of the board written in `board` (None: its runs have not landed) between the
+    README's markers, and its figure beside the README; returns the files written."""
+    readme = Path(readme)
+    text = check_readme(readme)
+    block, png = headline(readme, board, command)
+    start, end = text.index(BEGIN_PATTERN.search(text).group(0)), text.index(END)
+    written = []
+    if png is not None:
+        write_atomic(readme.parent / FIGURE, png)
+        written.append(readme.parent / FIGURE)
+    write_atomic(readme, text[:start] + block + text[end + len(END) :])
+    return [readme, *written]
+
+
+def recorded_command(readme: str | Path) -> str:
+    """The command that wrote the README's headline block (its first marker records it)."""
+    return BEGIN_PATTERN.search(check_readme(Path(readme))).group(1)
+
+
+def check_readme(readme: Path) -> str:
+    """The README's text, once it is known to hold the headline's markers (checked before a board is written)."""
+    if not readme.is_file():
+        raise SuiteError(f"--headline {readme}: no such file (a README with the headline's markers)")
+    text = readme.read_text()
+    if len(BEGIN_PATTERN.findall(text)) != 1 or text.count(END) != 1 or text.index(END) < text.find("<!-- headline"):
+        raise SuiteError(
+            f"--headline {readme}: it needs the markers '{BEGIN.format(command='...')}' and '{END}', once each "
+            "and in that order, where the headline goes"
+        )
+    return text
+
+
+def headline(readme: Path, board: str | Path | None, command: str) -> tuple[str, bytes | None]:
+    """The block (markers included) and its figure (None while the board has no runs)."""
+    out = Path(board if board is not None else _out_of(command))
+    link = Path(os.path.relpath(out.resolve(), readme.parent.resolve())).as_posix()
+    if board is None or not (out / "tuning.md").is_file():
+        return _block(command, [_being_rerun(link, command)]), None
+    cells, methods = verdicts((out / "tuning.md").read_text())
+    if not cells:
+        return _block(command, [_being_rerun(link, command)]), None
+    names = list(dict.fromkeys(r["cell"] for r in cells))
+    judged = [m for m in dict.fromkeys(r["method"] for r in cells) if any(r["against"] != "-" for r in _of(cells, m))]
+    baselines = sorted({r["against"] for r in cells if r["against"] != "-"})
+    lines = [
+        _answer(link, names, cells, methods, judged, baselines),
+        "",
+        _table(names, cells, methods, judged),
+        f"![each method's speed-up over its tuned baseline, per cell and over every cell]({FIGURE})\n",
+        "Speed-up: the tuned baseline's median time to target (held grok step, a failed seed counting as infinity) "
+        "over the tuned method's, on the final seeds, with its 95% interval; `faster` / `slower` only when the "
+        f"interval lies off 1 and the Holm-adjusted p is below 0.05. Every number is [tuning.md]({link}/tuning.md)'s, "
+        "where the search, each row's settings, its cost and its p-values are.",
+    ]
+    return _block(command, lines), figure(names, cells, methods, judged)
+
+
+def verdicts(tuning_md: str) -> tuple[list[dict], list[dict]]:
+    """tuning.md's per-cell verdicts and its one verdict per method, as rows keyed by column."""
+    return _table_rows(tuning_md, PER_CELL), _table_rows(tuning_md, PER_METHOD)
+
+
+def _table_rows(text: str, heading: str) -> list[dict]:
+    """The first Markdown table under `heading`, as dicts (header -> cell)."""
+    if heading not in text:
+        return []
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    if len(lines) < 2:
+        return []
+    header = _cells(lines[0])
+    return [dict(zip(header, _cells(line))) for line in lines[2:]]
+
+
+def _cells(line: str) -> list[str]:
+    """A Markdown table row's cells (md_table escapes a | inside a cell as \\|)."""
+    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+
+
+def word(verdict: str) -> str:
+    """A verdict cell's verdict: faster, slower, not resolved (n = k) or no verdict, without what it
+    is read with (after '; ') or why there is none (after ':')."""
+    return verdict.split("; ")[0].split(":")[0] if verdict not in ("", "-") else "-"
+
+
+def _of(rows: list[dict], method: str) -> list[dict]:
+    return [r for r in rows if r["method"] == method]
+
+
+def _answer(link, names, cells, methods, judged, baselines) -> str:
+    """Three lines: the question and the board, the methods found faster, the rest."""
+    seeds = sorted({r["grokked"].split("/")[1] for r in cells if "/" in r["grokked"]})
+    against = " / ".join(f"tuned {b}" for b in baselines) or "a tuned baseline"
+    by_word = {w: [] for w in WORDS}
+    for method in judged:
+        pooled = next((m for m in methods if m["method"] == method), None)
+        if pooled is None:
+            by_word["no verdict"].append(f"{method} (in every cell where it ran)")
+        else:
+            w = word(pooled["verdict"])
+            by_word[next(k for k in WORDS if w.startswith(k))].append(f"{method} {pooled['speed-up [95% CI]']}")
+    faster = by_word["faster"]
+    rest = [f"{w.capitalize()}: {', '.join(found)}" for w, found in by_word.items() if found and w != "faster"]
+    return "\n".join(
+        [
+            f"**Which methods make grokking come sooner than {against}, once every method is tuned alike?** "
+            f"The fair fight, [`{link}`]({link}/tuning.md): {len(names)} cell{'s' * (len(names) > 1)} "
+            f"({', '.join(names)}), {len(judged)} method{'s' * (len(judged) != 1)} against it, "
+            f"{' / '.join(seeds)} final seeds a row.  ",
+            ("**Faster over every cell where judged: " + ", ".join(faster) + ".**  ")
+            if faster
+            else "**No method is resolved faster over the cells where it was judged.**  ",
+            ("; ".join(rest) + " (speed-up over every cell [95% CI]).") if rest else "Every method judged is faster.",
+        ]
+    )
+
+
+def _table(names, cells, methods, judged) -> str:
+    rows = []
+    for method in judged:
+        by_cell = {r["cell"]: r for r in _of(cells, method)}
+        pooled = next((m for m in methods if m["method"] == method), None)
+        rows.append(
+            [
+                method,
+                *(
+                    _cell_text(by_cell[c]["speed-up [95% CI]"], by_cell[c]["verdict"]) if c in by_cell else "-"
+                    for c in names
+                ),
+                _cell_text(pooled["speed-up [95% CI]"], pooled["verdict"]) if pooled else "no verdict",
+            ]
+        )
+    return md_table(["method", *names, "over every cell"], rows, right=set())
+
+
+def _cell_text(speedup: str, verdict: str) -> str:
+    return f"{speedup} **{word(verdict)}**" if speedup != "-" else word(verdict)
+
+
+def _being_rerun(link: str, command: str) -> str:
+    return (
+        f"**The headline board, `{link}/`, is being re-run: its runs land over the coming days, and until they do "
+        "this page states no answer.** It is the fair fight: every method tuned alike (the same trials over the same "
+        "shared space, on tuning seeds the final rows never use), each winner rerun on fresh seeds. Once its runs "
+        "are committed, this command writes here three lines of answer, one table of methods x cells with "
+        f"speed-ups, intervals and verdicts, and one figure:\n\n    {command}"
+    )
+
+
+def _out_of(command: str) -> str:
+    """The board's folder in a leaderboard command: its --out."""
+    return re.search(r"--out (\S+)", command).group(1)
+
+
+def _block(command: str, lines: list[str]) -> str:
+    return "\n".join([BEGIN.format(command=command), "", *lines, "", END])
+
+
+def _number(text: str) -> float:
+    return math.inf if text == "inf" else float(text.rstrip("x"))
+
+
+def _interval(text: str) -> tuple[float, float, float] | None:
+    """'2.04x [1.29x, 3.24x]' -> (2.04, 1.29, 3.24); None for '-'."""
+    found = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", text)
+    return None if found is None else tuple(_number(x) for x in found.groups())
+
+
+def figure(names, cells, methods, judged) -> bytes | None:
+    """Per method, each cell's speed-up with its 95% interval (a colour per cell) and, below them,
+    the one over every cell (black diamond), on a log axis around 1."""
+    from suite.leaderboard.plots import figure as new_figure
+    from suite.leaderboard.plots import style, to_png
+
+    if not judged:
+        return None
+    fig = new_figure(figsize=(8, 1.6 + 0.32 * len(judged) * (len(names) + 1.5)))
+    ax = fig.subplots()
+    y, ticks, clip = 0.0, [], (1 / 64, 64)
+    for method in judged:
+        by_cell = {r["cell"]: r for r in _of(cells, method)}
+        pooled = next((m for m in methods if m["method"] == method), None)
+        rows = [(c, by_cell.get(c, {}).get("speed-up [95% CI]", "-"), i) for i, c in enumerate(names)]
+        rows.append(("over every cell", pooled["speed-up [95% CI]"] if pooled else "-", None))
+        top = y
+        for label, text, colour in rows:
+            found = _interval(text)
+            if found is not None and found[0] > 0:
+                point, low, high = (min(max(v, clip[0]), clip[1]) for v in found)
+                look = (
+                    {"color": "black", "marker": "D"}
+                    if colour is None
+                    else {"color": style(colour)["color"], "marker": "o"}
+                )
+                ax.plot([low, high], [y, y], color=look["color"], linewidth=2)
+                ax.plot([point], [y], look["marker"], color=look["color"], label=label)
+            y -= 1
+        ticks.append(((top + y + 1) / 2, method))
+        y -= 0.8
+    ax.axvline(1.0, color="grey", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlim(*clip)
+    ax.set_yticks([t for t, _ in ticks], [m for _, m in ticks])
+    ax.set_xlabel("speed-up over the tuned baseline (x, log scale; 95% interval, clipped to [1/64, 64])")
+    ax.set_title("Above 1: grokked sooner than the tuned baseline")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    fig.legend(unique.values(), unique.keys(), loc="outside lower center", ncols=min(len(unique), 4), fontsize="small")
+    return to_png(fig)

@@ -1,0 +1,182 @@
+"""The answer one glance away (issue 63): `suite leaderboard ROOT --out OUT --headline README` writes a
+tuned board's answer between the headline markers of leaderboards/README.md (three lines, a table
+of methods x cells, a figure), every number tuning.md's; the committed README holds what its recorded
+command writes; the terminal ends a board with one sentence of its verdicts; legends are never cut off."""
+
+import os
+import re
+import shutil
+import struct
+import textwrap
+
+import pytest
+from conftest import PARITY_FIXED, REPO
+
+from suite.cli import main
+from suite.leaderboard.headline import END, FIGURE, recorded_command, verdicts, word
+from suite.leaderboard.plots import figure, to_png
+
+# two cells, a baseline and two methods against it, one point each: a tuned board in a minute
+FIGHT = (
+    'name = "fight"\n'
+    + PARITY_FIXED
+    + "patience = 40\n"
+    + textwrap.dedent("""
+    [[experiment]]
+    name = "k2"
+    [[experiment]]
+    name = "k3"
+    fixed = { k = 3 }
+    [tuning]
+    trials = 1
+    tuning_seeds = [100]
+    final_seeds = [0, 1, 2, 3, 4]
+    [tuning.methods.adam]
+    opt = "adam"
+    space = { lr = [0.01] }
+    [tuning.methods.adamlr]
+    opt = "adamlr"
+    baseline = "adam"
+    space = { lr = [0.01] }
+    [tuning.methods.sgd]
+    opt = "sgd"
+    baseline = "adam"
+    space = { lr = [0.05], momentum = [0.9] }
+""")
+)
+MARKERS = "<!-- headline: written by `x`; run it again rather than edit this block -->\n" + END
+README = f"# Boards\n\nabove the headline\n\n{MARKERS}\n\nbelow the headline\n"
+
+
+@pytest.fixture(scope="module")
+def tuned_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fight")
+    (root / "fight.toml").write_text(FIGHT)
+    assert main(["tune", str(root / "fight.toml"), "--root", str(root / "runs"), "--workers", "2"]) == 0
+    return root / "runs" / "final"
+
+
+def block_of(readme_text: str) -> str:
+    return readme_text.split("rather than edit this block -->\n", 1)[1].split(END)[0]
+
+
+def shown_as(row: dict) -> str:
+    """A verdict of tuning.md as the headline's table shows it: the speed-up and its interval, then the verdict."""
+    speedup, verdict = row["speed-up [95% CI]"], word(row["verdict"])
+    return verdict if speedup == "-" else f"{speedup} **{verdict}**"
+
+
+def test_the_headline_gives_tuning_md_s_verdicts_in_three_lines_a_table_and_a_figure(tuned_root, tmp_path, capsys):
+    readme, out = tmp_path / "README.md", tmp_path / "tuned"
+    readme.write_text(README)
+    assert main(["leaderboard", str(tuned_root), "--out", str(out), "--headline", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Boards\n\nabove the headline\n\n") and text.endswith(f"{END}\n\nbelow the headline\n")
+    assert recorded_command(readme) == f"python -m suite leaderboard {tuned_root} --out {out} --headline {readme}"
+    lines = block_of(text).strip().splitlines()
+    assert lines[0].startswith("**Which methods make grokking come sooner than tuned adam, once every method")
+    assert "[`tuned`](tuned/tuning.md): 2 cells (k2, k3), 2 methods against it, 5 final seeds a row" in lines[0]
+    cells, methods = verdicts((out / "tuning.md").read_text())
+    pooled = {m["method"]: m for m in methods}
+    assert len(lines[1:3]) == 2 and not lines[3]  # the three lines of the answer, then the table
+    faster = [m for m in pooled if word(pooled[m]["verdict"]) == "faster"]
+    assert lines[1].startswith("**Faster over every cell where judged: " if faster else "**No method is resolved")
+    for method, m in pooled.items():  # every method is named with its verdict over every cell
+        if method not in faster:
+            assert f"{method} {m['speed-up [95% CI]']}" in lines[2]
+    table = [line for line in lines if line.startswith("| ")]
+    assert table[0] == "| method | k2 | k3 | over every cell |"
+    for row in table[1:]:
+        method, *by_cell, overall = [c.strip() for c in row.strip("|").split(" | ")]
+        for cell, shown in zip(("k2", "k3"), by_cell):
+            (r,) = [r for r in cells if r["cell"] == cell and r["method"] == method]
+            assert shown == shown_as(r)
+        assert overall == (shown_as(pooled[method]) if method in pooled else "no verdict")
+    assert {row.split(" | ")[0].strip("| ") for row in table[1:]} == {"adamlr", "sgd"}  # the baseline is no row
+    assert f"![each method's speed-up over its tuned baseline, per cell and over every cell]({FIGURE})" in text
+    assert (tmp_path / FIGURE).read_bytes().startswith(b"\x89PNG")
+    said = capsys.readouterr().out.splitlines()
+    assert said[-2].startswith("One verdict per method over every cell (tuning.md), against its tuned baseline: ")
+    before = readme.read_bytes(), (tmp_path / FIGURE).read_bytes()
+    assert main(["leaderboard", str(tuned_root), "--out", str(out), "--headline", str(readme)]) == 0
+    assert (readme.read_bytes(), (tmp_path / FIGURE).read_bytes()) == before  # again: the same bytes
+
+
+def test_while_the_board_has_no_runs_the_headline_says_it_is_being_re_run_and_names_the_command(tmp_path, capsys):
+    readme, root, out = tmp_path / "README.md", tmp_path / "tuned" / "runs", tmp_path / "tuned"
+    readme.write_text(README)
+    assert main(["leaderboard", str(root), "--out", str(out), "--headline", str(readme)]) == 0
+    block = block_of(readme.read_text())
+    assert "is being re-run: its runs land over the coming days" in block
+    assert f"\n    python -m suite leaderboard {root} --out {out} --headline {readme}\n" in block
+    assert not out.exists() and not (tmp_path / FIGURE).exists()
+    assert capsys.readouterr().err.strip() == f"no runs under {root} yet: {readme} says the board is being re-run"
+
+
+@pytest.mark.parametrize(
+    "readme, root, message",
+    [
+        ("# no markers\n", "tuned", "it needs the markers"),
+        (MARKERS.replace(END, "") + "\n", "tuned", "it needs the markers"),
+        (README, "tests/fixtures/leaderboard/runs", "has no tuning.json"),
+    ],
+)
+def test_a_readme_without_its_markers_or_an_untuned_root_is_one_line_and_writes_nothing(
+    tmp_path, capsys, tuned_root, readme, root, message
+):
+    (tmp_path / "README.md").write_text(readme)
+    root = tuned_root if root == "tuned" else REPO / root
+    argv = ["leaderboard", str(root), "--out", str(tmp_path / "board"), "--headline", str(tmp_path / "README.md")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert (tmp_path / "README.md").read_text() == readme and not (tmp_path / "board").exists()
+
+
+def test_the_leaderboards_readme_holds_what_its_recorded_command_writes(tmp_path, monkeypatch):
+    # the same command run again over the committed board writes the same block (and figure): a board
+    # committed without its headline, or a headline edited by hand, fails here
+    command = recorded_command(REPO / "leaderboards" / "README.md")
+    argv = command.split()[3:]
+    out = argv[argv.index("--out") + 1]
+    # the command as typed from the repository root, in a copy whose boards are links to the committed ones
+    for board in (REPO / "leaderboards").iterdir():
+        if board.is_dir() and board.name != os.path.basename(out):
+            (tmp_path / "leaderboards").mkdir(exist_ok=True)
+            (tmp_path / "leaderboards" / board.name).symlink_to(board)
+    (tmp_path / out).mkdir(parents=True)
+    if (REPO / out / "runs").is_dir():
+        (tmp_path / out / "runs").symlink_to(REPO / out / "runs")
+    shutil.copy(REPO / "leaderboards" / "README.md", tmp_path / "leaderboards" / "README.md")
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0
+    for name in ("README.md", FIGURE):
+        written, committed = tmp_path / "leaderboards" / name, REPO / "leaderboards" / name
+        assert written.exists() == committed.exists()
+        if committed.exists():
+            assert written.read_bytes() == committed.read_bytes(), f"leaderboards/{name} is not what {command} writes"
+
+
+@pytest.mark.parametrize("root", ["tests/fixtures/leaderboard/runs", "leaderboards/adamlr/runs"])
+def test_the_terminal_ends_a_board_with_one_sentence_of_its_verdicts(tmp_path, capsys, root):
+    assert main(["leaderboard", str(REPO / root), "--out", str(tmp_path / "board")]) == 0
+    *_, sentence, index = capsys.readouterr().out.splitlines()
+    assert index == str(tmp_path / "board" / "index.md")  # still the last line
+    pages = "".join(p.read_text() for p in (tmp_path / "board").glob("*.md"))
+    judged = re.findall(r"\| (faster|slower|not resolved \(n = \d+\)) \|", pages)
+    unresolved = sum(v.startswith("not resolved") for v in judged)
+    assert unresolved and sentence.startswith("Verdicts: ")
+    assert sentence.endswith(f"{unresolved} row{'s' * (unresolved != 1)} not resolved.")
+    named = re.findall(r" (?:faster|slower) than \S+ in ", sentence)  # "adamlr c=10 faster than adam in modular / mlp"
+    assert len(named) == min(len(judged) - unresolved, 4)
+
+
+@pytest.mark.parametrize("label, grows", [("adam", False), ("adamlr c=10 lr=0.01 weight_decay=0.001 " * 5, True)])
+def test_a_legend_wider_than_its_figure_is_never_cut_off(label, grows):
+    fig = figure(figsize=(4, 3))
+    ax = fig.subplots()
+    ax.plot([1, 2], [1, 2], label=label)
+    ax.plot([1, 2], [2, 1], label=label + " again")
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    width, height = struct.unpack(">II", to_png(fig)[16:24])  # the PNG header's size
+    assert (width > 400) == grows and height >= 300  # 4 x 3 inches at 100 dpi, grown only to hold the legend
