@@ -38,7 +38,6 @@ from suite.leaderboard.speedup import (
 from suite.leaderboard.stats import outcome
 from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 
-
 # When a run stops early (at chance, or never having learned) is a condition of the run, as its budget
 # is, not what its method computes: a quick run and a committed board's run of the same cell and method
 # meet whatever stopping rules each ran under (a run stopped early is judged a failure either way).
