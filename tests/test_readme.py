@@ -103,7 +103,7 @@ READS = [
 def test_each_readme_command_that_reads_runs_starts_and_ends_as_it_says(command, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = argv(command)
-    roots = [a for a in args[1:3] if a.startswith("runs")]
+    roots = [a for a in args[1:3] if a.startswith("runs")] or ["runs"]  # a bare leaderboard reads runs/
     for root in roots:  # runs/, runs/old, runs/paper, ...: each the fixture's runs
         shutil.copytree(REPO / "tests/fixtures/leaderboard/runs", tmp_path / root / "fixture")
     assert main(args) == 0
