@@ -156,7 +156,7 @@ def _table(names, cells, methods, judged) -> str:
             [
                 method,
                 *(
-                    _cell_text(by_cell[c]["speed-up [95% CI]"], by_cell[c]["verdict"]) if c in by_cell else "-"
+                    _cell_text(by_cell[c]["speed-up [95% CI]"], by_cell[c]["verdict"]) if c in by_cell else "no row"
                     for c in names
                 ),
                 _cell_text(pooled["speed-up [95% CI]"], pooled["verdict"]) if pooled else "no verdict",
@@ -166,7 +166,10 @@ def _table(names, cells, methods, judged) -> str:
 
 
 def _cell_text(speedup: str, verdict: str) -> str:
-    return f"{speedup} **{word(verdict)}**" if speedup != "-" else word(verdict)
+    """A row's verdict; "no verdict" where it has none (its baseline has no row in that cell)."""
+    if speedup == "-":
+        return "no verdict" if word(verdict) == "-" else word(verdict)
+    return f"{speedup} **{word(verdict)}**"
 
 
 def _being_rerun(link: str, command: str) -> str:
