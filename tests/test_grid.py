@@ -192,19 +192,27 @@ def test_missing_grid_file(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_a_dry_run_counts_the_cells_and_builds_none(tmp_path, capsys, monkeypatch):
-    # building paper.toml's 91 groups (data, models, samplers, optimizers) made its dry run take minutes
+def test_a_dry_run_counts_the_cells_and_builds_one_per_shape_for_its_estimate(tmp_path, capsys, monkeypatch):
+    # building paper.toml's 91 groups (data, models, samplers, optimizers) made its dry run take minutes;
+    # its cost estimate times a few steps once per model/optimizer shape, here adam's and sgd's
     grid = write(tmp_path, TINY_FIXED + '[axes]\nopt = ["adam", "sgd"]\nseed = [0, 1]\n')
+    from suite.engine.member import Member
+    from suite.launch import grid as grids
 
-    def built(*args, **kwargs):
-        raise AssertionError("a dry run built a cell")
-
-    monkeypatch.setattr("suite.engine.member.Member.build", built)
+    build, built, check, checked = Member.build, [], grids.check_builds, []
+    monkeypatch.setattr(Member, "build", staticmethod(lambda spec, *a, **k: built.append(spec) or build(spec, *a, **k)))
+    monkeypatch.setattr(grids, "check_builds", lambda cells: checked.append(len(cells)) or check(cells))
     assert main(["grid", str(grid), "--dry-run", "--root", str(tmp_path / "runs")]) == 0
     out, err = capsys.readouterr()
-    assert err.strip() == "g: 4 cells, 0 done, 0 running, 4 to run" and len(out.splitlines()) == 4
-    with pytest.raises(AssertionError, match="a dry run built a cell"):  # a run builds them first
-        main(["grid", str(grid), "--root", str(tmp_path / "runs")])
+    count, estimate = err.strip().splitlines()
+    assert count == "g: 4 cells, 0 done, 0 running, 4 to run" and len(out.splitlines()) == 4
+    assert (
+        estimate.startswith("estimate: up to ") and "for 4 runs" in estimate and "2 model/optimizer shapes" in estimate
+    )
+    assert sorted(spec["opt"]["name"] for spec in built) == ["adam", "sgd"] and not checked
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("result.json"))
+    assert main(["grid", str(grid), "--root", str(tmp_path / "runs")]) == 0
+    assert checked == [4]  # a run checks that every cell builds before any trains
 
 
 def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_path, capsys):
