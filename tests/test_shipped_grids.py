@@ -68,7 +68,9 @@ def grid_ids(board: str) -> set[str]:
         root = REPO / "leaderboards" / board
         names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time has chosen for those only
         tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
-        ids |= {cell.id for cell in tuning_cells(grid, tuning, root) + final_cells(tuned, tuning, chosen, root)}
+        # a round after the first is drawn around the runs of those before: read where they are committed
+        found = tuning_cells(grid, tuning, root / "tuning") + final_cells(tuned, tuning, chosen, root / "runs")
+        ids |= {cell.id for cell in found}
     return ids
 
 
