@@ -6,22 +6,27 @@ the stacked parameters (a view), as `MemberUpdates` builds it, but never stepped
 holds the member's settings (its param groups: warmup writes their "lr") and gives its checkpoint
 the format of a separate run. `StackedAdam.step` steps every stacked parameter once for all K
 members. A setting the members share is passed to each op as the scalar torch's Adam passes; one
-that differs becomes a [K] tensor viewed [K, 1, ...] over the stacked tensors. So the ops and
-kernels of a step do not grow with K, and a stack that differs in its settings costs about what
-one of equal settings costs.
+that differs becomes a [K] tensor viewed [K, 1, ...] over the stacked tensors. On a GPU every
+parameter goes whole, each op a foreach over them: the launches of a step do not grow with K. On
+CPU a parameter goes a slice of members at a time, each slice at most CPU_SLICE_BYTES of it, so
+that the step's passes over it run in the cache: its ops grow with K x a member's bytes / 1 MiB,
+not with K alone (one slice for a small model). Either way a stack whose members differ in their
+settings costs about what one of equal settings costs, or less.
 
 Exactness. On CPU torch's Adam steps each parameter with `_single_tensor_adam`; this steps each
 stacked parameter with the very same elementwise ops in the same order (CPU `_foreach_*` ops run
-the per-tensor ops one tensor after another), every scalar computed in Python as torch computes it
-(1 - lr * wd, 1 - beta1 ** step, its ** 0.5, -lr / bc1) and rounded once to the parameter's dtype,
-as torch rounds a Python scalar it hands a kernel. Where a scalar becomes a [K] tensor:
+the per-tensor ops one tensor after another; a slice keeps each member's elements whole), every
+scalar computed in Python as torch computes it (1 - lr * wd, 1 - beta1 ** step, its ** 0.5,
+-lr / bc1) and rounded once to the parameter's dtype, as torch rounds a Python scalar it hands a
+kernel. Where a scalar becomes a [K] tensor:
 - x * s, x / s, x + s, lerp(x, y, s): the same kernel reads s from a tensor: the same rounding;
 - addcmul(x, y, y, value=v) computes x + (v * y) * y: it becomes addcmul(x, y * V, y) (1 * (y * v)
   is y * v exactly);
 - addcdiv(x, y, z, value=v) computes x + (v * y) / z: it becomes addcdiv(x, y * V, z);
 - coupled decay, g.add(p, alpha=wd), computes fma(p, wd, g) in its vector loop: it becomes
-  addcmul(g, p, WD), x + (1 * p) * wd, which the compiler contracts to the same fma (a test checks
-  both kernels on every tensor size they round apart at; tests/test_stacked_adam.py).
+  addcmul(g, p, WD), g + (1 * p) * wd, which torch's build contracts to the same fma. That rests on
+  how torch was compiled, not on its source: tests/test_stacked_adam.py checks every such kernel,
+  scalar against column, at every length from one element to past two vectors.
 A member with no decay beside members with some multiplies by 1.0 (decoupled) or adds 0 * p
 (coupled): the same numbers while p is finite (a non-finite p has diverged anyway).
 On a GPU torch's Adam takes its foreach path, whose op order differs: members agree with their
@@ -42,6 +47,11 @@ from suite.engine.stacked import Stacked
 ADAMS = (torch.optim.Adam, torch.optim.AdamW)
 OFF = ("amsgrad", "maximize", "capturable", "differentiable", "fused")
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")  # torch's Adam makes them in this order
+# On CPU a parameter is stepped a slice of members at a time, at most this many bytes of it (one
+# member at least): a step's ~10 passes over the slice, its gradient and its two moments then run in
+# the cache. Stepped whole, a K = 8 stack of the default MLP (a 1 MiB matrix per member) took longer
+# than one optimizer per member (leaderboards/bench/README.md); on a GPU every parameter goes whole.
+CPU_SLICE_BYTES = 2**20
 
 
 def fits(shells: list, views: list, model: Stacked) -> str | None:
@@ -78,16 +88,14 @@ class StackedAdam:
         self.shells, self.views, self.model = shells, views, model
         self.names = _group_names(shells[0], views[0])
         self.state: dict[str, dict] = {}  # stacked parameter name -> step, exp_avg [K, ...], exp_avg_sq [K, ...]
-        self._columns: dict = {}
-
-    @property
-    def size(self) -> int:
-        return len(self.shells)
+        self._columns: dict = {}  # the settings as [K] tensors, by their values (kept across steps)
+        self._this_step: dict = {}  # those of this step (its bias corrections, its warmup's lr)
 
     # --- the step ------------------------------------------------------------------------------------
 
     @torch.no_grad()
     def step(self) -> None:
+        self._this_step = {}
         for g, names in enumerate(self.names):
             settings = [shell.param_groups[g] for shell in self.shells]
             buckets: dict = {}
@@ -99,15 +107,20 @@ class StackedAdam:
                 if state is None:
                     state = self.state[name] = _new_state(p)
                 state["step"] += 1
-                buckets.setdefault((p.device, p.dtype, state["step"].item()), []).append((p, state))
-            for (device, dtype, step), pairs in buckets.items():
-                self._step(settings, [p for p, _ in pairs], [s for _, s in pairs], device, dtype, step)
+                step = state["step"].item()
+                if p.device.type == "cpu":  # a slice of members at a time, its ops in the cache
+                    for i, j in _slices(p):
+                        parts = (p[i:j], p.grad[i:j], state["exp_avg"][i:j], state["exp_avg_sq"][i:j])
+                        self._step(settings[i:j], *([t] for t in parts), p.device, p.dtype, step)
+                else:  # every parameter at once: a foreach op is one launch where the members agree
+                    tensors = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
+                    for bucket, t in zip(buckets.setdefault((p.device, p.dtype, step), ([], [], [], [])), tensors):
+                        bucket.append(t)
+            for (device, dtype, step), lists in buckets.items():
+                self._step(settings, *lists, device, dtype, step)
 
-    def _step(self, settings: list[dict], params: list, states: list[dict], device, dtype, step: float) -> None:
+    def _step(self, settings, params, grads, exp_avgs, exp_avg_sqs, device, dtype, step: float) -> None:
         """torch's _single_tensor_adam on these stacked parameters (all at this step), op for op."""
-        grads = [p.grad for p in params]
-        exp_avgs = [s["exp_avg"] for s in states]
-        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
         lr = [group["lr"] for group in settings]
         beta1 = [group["betas"][0] for group in settings]
         beta2 = [group["betas"][1] for group in settings]
@@ -116,8 +129,8 @@ class StackedAdam:
 
         def per(values: list[float], cache: bool = True):
             """One scalar where the members agree, else [K] viewed [K, 1, ...] for each parameter."""
-            column = self._column(values, device, dtype, cache)
-            return values[0] if column is None else [column.view(-1, *[1] * (p.dim() - 1)) for p in params]
+            columns = [self._column(values, device, dtype, p.dim(), cache) for p in params]
+            return values[0] if columns[0] is None else columns
 
         if any(d and w != 0 for w, d in zip(wd, decoupled)):  # p * (1 - lr * wd), as torch decays decoupled
             shrink = [1 - rate * w if d and w != 0 else 1.0 for rate, w, d in zip(lr, wd, decoupled)]
@@ -148,23 +161,23 @@ class StackedAdam:
         else:
             torch._foreach_addcdiv_(params, exp_avgs, denoms, value=negative)
 
-    def _column(self, values: list[float], device, dtype, cache: bool) -> torch.Tensor | None:
-        """None where all values are equal; else the [K] tensor of them, each rounded once to dtype
-        as a kernel rounds a Python scalar. cache: the settings that stay (kept, a few)."""
+    def _column(self, values: list[float], device, dtype, dim: int, cache: bool) -> torch.Tensor | None:
+        """None where all values are equal; else the [K] tensor of them viewed [K, 1, ...] (dim
+        dimensions), each value rounded once to dtype as a kernel rounds a Python scalar. cache: a
+        setting that stays (kept across steps); else one of this step (kept for its other parameters)."""
         first = values[0]
         if all(v == first for v in values):
             return None
-        key = (tuple(values), device, dtype)
-        if cache and key in self._columns:
-            return self._columns[key]
-        column = torch.tensor(values, dtype=torch.float64).to(dtype)  # round to nearest, as Scalar.to<float>
-        if device.type != "cpu":  # pinned: the copy need not wait for the steps queued before it
-            column = column.pin_memory().to(device, non_blocking=True)
-        if cache:
-            if len(self._columns) > 64:
-                self._columns.clear()
-            self._columns[key] = column
-        return column
+        kept = self._columns if cache else self._this_step
+        key = (tuple(values), device, dtype, dim)
+        if key not in kept:
+            column = torch.tensor(values, dtype=dtype)  # each Python float rounded to nearest, as Scalar.to<float>
+            if device.type != "cpu":  # pinned: the copy need not wait for the steps queued before it
+                column = column.pin_memory().to(device, non_blocking=True)
+            if len(kept) > 256:
+                kept.clear()
+            kept[key] = column.view(-1, *[1] * (dim - 1))
+        return kept[key]
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
@@ -213,6 +226,13 @@ class StackedAdam:
         finally:
             for shell in self.shells:
                 shell.state.clear()
+
+
+def _slices(p: torch.Tensor) -> list[tuple[int, int]]:
+    """The members of p in slices of at most CPU_SLICE_BYTES (one member at least)."""
+    per_member = max(p[0].numel() * p.element_size(), 1)
+    size = max(CPU_SLICE_BYTES // per_member, 1)
+    return [(i, min(i + size, len(p))) for i in range(0, len(p), size)]
 
 
 def _new_state(p: torch.Tensor) -> dict:
