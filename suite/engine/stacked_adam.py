@@ -90,6 +90,7 @@ class StackedAdam:
         self.state: dict[str, dict] = {}  # stacked parameter name -> step, exp_avg [K, ...], exp_avg_sq [K, ...]
         self._columns: dict = {}  # the settings as [K] tensors, by their values (kept across steps)
         self._this_step: dict = {}  # those of this step (its bias corrections, its warmup's lr)
+        self.slice_bytes = CPU_SLICE_BYTES  # on CPU (the bench sets it to compare)
 
     # --- the step ------------------------------------------------------------------------------------
 
@@ -109,7 +110,7 @@ class StackedAdam:
                 state["step"] += 1
                 step = state["step"].item()
                 if p.device.type == "cpu":  # a slice of members at a time, its ops in the cache
-                    for i, j in _slices(p):
+                    for i, j in _slices(p, self.slice_bytes):
                         parts = (p[i:j], p.grad[i:j], state["exp_avg"][i:j], state["exp_avg_sq"][i:j])
                         self._step(settings[i:j], *([t] for t in parts), p.device, p.dtype, step)
                 else:  # every parameter at once: a foreach op is one launch where the members agree
@@ -228,10 +229,10 @@ class StackedAdam:
                 shell.state.clear()
 
 
-def _slices(p: torch.Tensor) -> list[tuple[int, int]]:
-    """The members of p in slices of at most CPU_SLICE_BYTES (one member at least)."""
+def _slices(p: torch.Tensor, most: int) -> list[tuple[int, int]]:
+    """The members of p in slices of at most `most` bytes (one member at least)."""
     per_member = max(p[0].numel() * p.element_size(), 1)
-    size = max(CPU_SLICE_BYTES // per_member, 1)
+    size = max(most // per_member, 1)
     return [(i, min(i + size, len(p))) for i in range(0, len(p), size)]
 
 
