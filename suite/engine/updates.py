@@ -8,7 +8,8 @@ elementwise=True): each member's slice then gets the update its separate run wou
 rate, weight decay, betas, eps, Adam-LR's c; suite/engine/stacked_adam.py), and one filter over the
 stack. For members whose optimizers are torch's Adam or AdamW (adam, adamw, adamlr, adamwlr) and
 differ in their settings but not in their filter's (an elementwise one): each member's update is
-its separate run's, bit for bit on CPU, with the ops of one Adam step whatever K is.
+its separate run's, bit for bit on CPU, and a step's launches on a GPU are the same at any K (on
+CPU it goes in slices of members that fit the cache).
 
 `MemberUpdates`: one optimizer and one filter per member, each built from that member's own spec
 over its slice of the stacked parameters (a view: the update writes into the stack). Members may
@@ -18,7 +19,7 @@ orthograd) sees only its member's: each member is its separate run, step for ste
 few small kernels per member and tensor (on an H200, +272 us and +8 launches a member-step), so a
 stack uses it only when neither of the others is exact.
 
-All give each member's state in a separate run's format, so a checkpoint resumes in either.
+All give each member's state in a separate run's format, so a checkpoint resumes in any of them.
 
 An optimizer with modes (the optimizer contract, suite/specs/contracts.py: `train()` and `eval()`,
 as Schedule-Free's) holds its training iterate in the parameters in train mode and the weights it
