@@ -16,7 +16,8 @@ Sections (each can be skipped):
              the batch draws, and how busy the GPU is (suite/bench/profile_section.py);
 - ensembles: runs per hour of K seeds of the default cell trained as one ensemble vs K
              sequential runs (K times the K = 1 wall), and of K members each at its own
-             learning rate (one optimizer per member, as a tuning grid stacks);
+             learning rate (as a tuning grid stacks: one Adam over the stack with a learning
+             rate per member, suite/engine/stacked_adam.py);
 - precision: every precision the device runs (fp32 and bf16 on a CPU, natively where it has
              AVX-512 BF16 or AMX; fp32, TF32 and bf16 on CUDA), side by side: the pure step of
              the MLP and transformer at batch 512 and runs per hour of the default cell (alone

@@ -310,9 +310,11 @@ def step_section(device: torch.device, options: Options, root: Path) -> dict:
 
 def ensemble_section(device: torch.device, options: Options, root: Path, report: dict) -> dict:
     """K seeds of the default cell (MLP, adam, batch 512) as one ensemble vs K sequential runs; and K
-    members that differ in their learning rate too (log-spaced 1e-2 down to 1e-3: one optimizer per
-    member, suite/engine/updates.py's MemberUpdates, as a tuning grid's stack trains). Each size goes
-    into report["ensembles"] as it is measured, so a bench stopped midway keeps the sizes it took."""
+    members that differ in their learning rate too (log-spaced 1e-2 down to 1e-3), as a tuning grid's
+    stack trains them: one Adam over the stack with a learning rate per member (suite/engine/updates.py's
+    SettingsUpdate; `python -m suite.bench.member_settings` times it against one optimizer per member).
+    Each size goes into report["ensembles"] as it is measured, so a bench stopped midway keeps the
+    sizes it took."""
     section = report["ensembles"] = {
         "cell": "modular mlp adam random(batch 512)",
         "steps": options.steps,

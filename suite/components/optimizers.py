@@ -11,10 +11,13 @@ adamlr_adaptive: coupled by default; muon: decoupled), so a tuning can search it
 
 elementwise=True marks an optimizer whose update of each element depends on that element
 alone (Adam and its kin, SGD): it trains a stack's stacked parameters exactly as K
-separate runs (suite/engine/stacked.py). adamlr_adaptive reads sigma_max of whole matrices: it
-is not, and its seeds run one after the other. Adam is not built fused=True although that
-is faster on CPU: the fused kernel's rounding depends on where an element sits in its tensor,
-so a stacked member would no longer equal its separate run bit for bit (the test caught it).
+separate runs (suite/engine/stacked.py); adam, adamw, adamlr and adamwlr build torch's Adam or
+AdamW, so members that differ in their settings (lr, weight decay, betas, eps, c) step as one Adam
+over the stack too (suite/engine/stacked_adam.py). adamlr_adaptive reads sigma_max of whole
+matrices: it is not elementwise, and a stack steps it once per member. Adam is not built
+fused=True although that is faster on CPU: the fused kernel's rounding depends on where an
+element sits in its tensor, so a stacked member would no longer equal its separate run bit for
+bit (the test caught it).
 """
 
 from __future__ import annotations

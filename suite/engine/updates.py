@@ -1,17 +1,25 @@
-"""The optimizer and gradient filter of a stack, in two kinds with one interface.
+"""The optimizer and gradient filter of a stack, in three kinds with one interface.
 
 `StackedUpdate`: one optimizer and one filter over the stacked parameters. Exact when every
 member has the same settings and both treat each element on its own (registered
 elementwise=True): each member's slice then gets the update its separate run would get.
+
+`SettingsUpdate`: one Adam over the stacked parameters with each member's own settings (learning
+rate, weight decay, betas, eps, Adam-LR's c; suite/engine/stacked_adam.py), and one filter over the
+stack. For members whose optimizers are torch's Adam or AdamW (adam, adamw, adamlr, adamwlr) and
+differ in their settings but not in their filter's (an elementwise one): each member's update is
+its separate run's, bit for bit on CPU, and a step's launches on a GPU are the same at any K (on
+CPU it goes in slices of members that fit the cache).
 
 `MemberUpdates`: one optimizer and one filter per member, each built from that member's own spec
 over its slice of the stacked parameters (a view: the update writes into the stack). Members may
 then differ in any optimizer or filter setting (learning rate, weight decay, Adam-LR's c, a
 filter's strength), and an optimizer or filter that reads whole tensors (Muon, the adaptive c,
 orthograd) sees only its member's: each member is its separate run, step for step. It costs a
-few small kernels per member and tensor, so a stack uses it only when it must.
+few small kernels per member and tensor (on an H200, +272 us and +8 launches a member-step), so a
+stack uses it only when neither of the others is exact.
 
-Both give each member's state in a separate run's format, so a checkpoint resumes in either.
+All give each member's state in a separate run's format, so a checkpoint resumes in any of them.
 
 An optimizer with modes (the optimizer contract, suite/specs/contracts.py: `train()` and `eval()`,
 as Schedule-Free's) holds its training iterate in the parameters in train mode and the weights it
@@ -26,6 +34,7 @@ from types import SimpleNamespace
 
 import torch
 
+from suite.engine import stacked_adam
 from suite.engine.stacked import Alone, Stacked
 from suite.specs.contracts import GradFilter, ParamGroups, check_built
 from suite.specs.registry import ALL
@@ -39,13 +48,16 @@ def elementwise(spec: dict) -> bool:
 
 def for_stack(specs: list[dict], model: Stacked | Alone, elementwise: bool):
     """The update a stack of these members needs (see the module)."""
-    same = all(s["opt"] == specs[0]["opt"] and s["filter"] == specs[0]["filter"] for s in specs)
+    same_filter = all(s["filter"] == specs[0]["filter"] for s in specs)
+    same = same_filter and all(s["opt"] == specs[0]["opt"] for s in specs)
     if isinstance(model, Alone) or (same and elementwise):
         return StackedUpdate(specs[0], model)
+    if elementwise and same_filter and (update := SettingsUpdate.build(specs, model)) is not None:
+        return update
     return MemberUpdates(specs, model)
 
 
-def training(update: StackedUpdate | MemberUpdates) -> None:
+def training(update: StackedUpdate | SettingsUpdate | MemberUpdates) -> None:
     """Every optimizer with modes in train mode: its training iterate in the parameters."""
     for optimizer in update.optimizers:
         if callable(getattr(optimizer, "train", None)):
@@ -53,7 +65,7 @@ def training(update: StackedUpdate | MemberUpdates) -> None:
 
 
 @contextlib.contextmanager
-def evaluated(update: StackedUpdate | MemberUpdates):
+def evaluated(update: StackedUpdate | SettingsUpdate | MemberUpdates):
     """Inside, the parameters hold the weights each member's method means to be evaluated (an
     optimizer with modes in eval mode, Schedule-Free's averaged x); after, its training iterate again."""
     modal = [o for o in update.optimizers if callable(getattr(o, "eval", None))]
@@ -101,6 +113,55 @@ class StackedUpdate:
     def keep(self, specs: list[dict], states: list[dict]) -> StackedUpdate:
         """The update of the smaller stack (after model.keep), from the kept members' states."""
         update = StackedUpdate(specs[0], self.model)
+        update.load(states)
+        return update
+
+
+class SettingsUpdate:
+    """One Adam over the stack, each member with its own settings (StackedAdam), one filter over the
+    stack (the members' filters are the same and elementwise): see the module."""
+
+    def __init__(self, specs: list[dict], model: Stacked, optimizer: stacked_adam.StackedAdam):
+        self.specs, self.model, self.optimizer = specs, model, optimizer
+        self.grad_filter = build_filter(specs[0], model)
+
+    @classmethod
+    def build(cls, specs: list[dict], model: Stacked) -> SettingsUpdate | None:
+        """The update, or None where StackedAdam does not take these members' optimizers: each
+        member's built by its builder over its slice (as MemberUpdates builds it) says."""
+        views = [_member_view(model, i) for i in range(model.size)]
+        shells = [build_optimizer(spec, view) for spec, view in zip(specs, views)]
+        if stacked_adam.fits(shells, views, model) is not None:
+            return None
+        return cls(specs, model, stacked_adam.StackedAdam(shells, views, model))
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return self.optimizer.shells  # each member's settings; none has modes (train/eval)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for shell in self.optimizer.shells for group in shell.param_groups]
+
+    def zero_grad(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+
+    def filter(self) -> None:
+        self.grad_filter.apply()
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    def states(self) -> list[dict]:
+        filters = self.model.split(self.grad_filter.state_dict())
+        return [{"optimizer": o, "filter": f} for o, f in zip(self.optimizer.states(), filters)]
+
+    def load(self, states: list[dict]) -> None:
+        self.optimizer.load([s["optimizer"] for s in states])
+        self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
+
+    def keep(self, specs: list[dict], states: list[dict]) -> SettingsUpdate:
+        update = SettingsUpdate.build(specs, self.model)  # fewer members of the same optimizer: it fits
         update.load(states)
         return update
 
@@ -169,11 +230,19 @@ def _member_view(model: Stacked, i: int) -> SimpleNamespace:
 def optimizer_and_filter(spec: dict, model) -> tuple[torch.optim.Optimizer, GradFilter]:
     """The spec's optimizer and gradient filter over a model's parameters (a member's own, the
     stack's, or a member's view of it); the learning rate a warmup scales from kept as base_lr."""
-    groups = ParamGroups.of(model)
-    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(groups, **component_settings(spec, "opt"))
+    return build_optimizer(spec, model), build_filter(spec, model)
+
+
+def build_optimizer(spec: dict, model) -> torch.optim.Optimizer:
+    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(ParamGroups.of(model), **component_settings(spec, "opt"))
     check_built("optimizer", spec["opt"]["name"], optimizer, torch.optim.Optimizer)
     for group in optimizer.param_groups:
         group["base_lr"] = group["lr"]
-    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(groups.all, **component_settings(spec, "filter"))
+    return optimizer
+
+
+def build_filter(spec: dict, model) -> GradFilter:
+    params = ParamGroups.of(model).all
+    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(params, **component_settings(spec, "filter"))
     check_built("filter", spec["filter"]["name"], grad_filter, GradFilter)
-    return optimizer, grad_filter
+    return grad_filter

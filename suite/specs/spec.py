@@ -229,6 +229,6 @@ def shared(spec: dict) -> dict:
     task, optimizer and filter. Each member brings its own data (operation, split, data seed, ...),
     so cells that differ there stack as seeds do, as long as the tensors come out the same shapes
     (suite.engine.stacked.shapes); each member may have its own optimizer and filter settings (its own
-    learning rate, weight decay, c, filter strength: suite/engine/updates.py's MemberUpdates)."""
+    learning rate, weight decay, c, filter strength: suite/engine/updates.py)."""
     own = ("task", "opt", "filter")
     return {k: ({"name": v["name"]} if k in own else v) for k, v in spec.items() if k != "seed"}
