@@ -1,3 +1,5 @@
+import contextlib
+import io
 import json
 import os
 import signal
@@ -12,8 +14,35 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # tests share 2 cores with 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def cli(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """`python -m suite ...` in this process: suite.cli.main, as run_cli runs it (the environment
+    with OMP_NUM_THREADS=1 and env added, torch on one thread, cwd), stdout and stderr captured,
+    the exit code argparse's own exits too; the environment, torch's threads and the working folder
+    are restored after. A fresh interpreter costs seconds of torch's import for milliseconds of
+    work: run_cli is for tests whose point is the process (signals, a fresh import, concurrency)."""
+    import torch
+
+    from suite.cli import main
+
+    out, err, saved, threads = io.StringIO(), io.StringIO(), dict(os.environ), torch.get_num_threads()
+    os.environ.update({"OMP_NUM_THREADS": "1", **(env or {})})
+    torch.set_num_threads(1)
+    try:
+        with contextlib.chdir(cwd or "."), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exit:  # argparse: --version, --help, a bad flag
+                code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 def run_cli(*args, cwd=None, env=None, timeout=600):
-    """`python -m suite ...` in a subprocess: the same path a user takes."""
+    """`python -m suite ...` in a subprocess: the same path a user takes, for a test whose point is
+    the process (cli runs the same command in this one)."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "suite", *map(str, args)],
@@ -25,18 +54,34 @@ def run_cli(*args, cwd=None, env=None, timeout=600):
     )
 
 
+# The tiny cell: a+b mod 11 (60 training pairs) on a small MLP, a second or two a run. The one
+# definition for the tests that need a run, not particular numbers; a test changes or adds keys with
+# {**TINY, ...}, and passes it to the command line with as_args or to a grid file with as_fixed.
+TINY = {
+    "p": 11,
+    "train_frac": 0.5,
+    "test_frac": 0.3,
+    "batch_size": 32,
+    "d": 16,
+    "hidden": 32,
+    "train.steps": 40,
+    "eval_every": 10,
+}
+
+
+def as_args(settings: dict) -> list[str]:
+    """Settings as the command line's flags: --set KEY=VALUE each."""
+    return [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+
+
+def as_fixed(settings: dict) -> str:
+    """Settings as a grid file's [fixed] table."""
+    lines = [f"{json.dumps(key) if '.' in key else key} = {json.dumps(value)}\n" for key, value in settings.items()]
+    return "\n[fixed]\n" + "".join(lines)
+
+
 # A grid's [fixed] table for modular cells that train in a second or two.
-TINY_FIXED = """
-[fixed]
-p = 11
-train_frac = 0.5
-test_frac = 0.3
-batch_size = 32
-d = 16
-hidden = 32
-"train.steps" = 40
-eval_every = 10
-"""
+TINY_FIXED = as_fixed(TINY)
 
 # A grid's [fixed] table of sparse parity, which a good point learns for good within tens of steps
 # and a poor one not at all in 100 (each test adds its own train.patience)
@@ -110,21 +155,6 @@ def stack_of(specs):
     (stack,) = stacks([Member.build(spec, torch.device("cpu")) for spec in specs], torch.device("cpu"))
     stack.start()
     return stack
-
-
-@pytest.fixture
-def tiny():
-    """Settings for a modular run that takes a second or two."""
-    return {
-        "p": 11,
-        "train_frac": 0.5,
-        "test_frac": 0.3,
-        "batch_size": 32,
-        "train.steps": 60,
-        "eval_every": 10,
-        "d": 16,
-        "hidden": 32,
-    }
 
 
 def wait_for_step(proc: subprocess.Popen, out: Path, step: int) -> None:

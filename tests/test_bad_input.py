@@ -1,8 +1,8 @@
 """Bad input, one kind per case: a setting of a registered component (or of the loop) that makes
 no sense, or a file the suite reads that is damaged. Each is one line on stderr starting with
 "error:", exit code 2, and nothing written. The cases call the CLI's main() in this process (the
-argument parsing, the commands and their error handling; tests/test_run.py runs a few of them as
-separate processes, the way a user does)."""
+argument parsing, the commands and their error handling; tests/test_run.py runs one as a separate
+process, the way a user does)."""
 
 import textwrap
 
