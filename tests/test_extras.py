@@ -16,7 +16,8 @@ TINY = ["--set=p=11", "--set=train_frac=0.5", "--set=test_frac=0.3", "--set=batc
 
 
 def _core(*args):
-    """`python -m suite ARGS` with every extra's modules missing."""
+    """`python -m suite ARGS` with every extra's modules missing, in a process of its own: a core install is
+    a Python that never imported an extra, and this one has (other tests use them)."""
     code = f"import sys\nfor m in {HIDE!r}: sys.modules[m] = None\nfrom suite.cli import main\nsys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=600
