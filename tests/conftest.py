@@ -29,15 +29,25 @@ def cli(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     torch.set_num_threads(1)
     try:
         with contextlib.chdir(cwd or "."), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            end_wandb_session()
             try:
                 code = main([str(a) for a in args])
             except SystemExit as exit:  # argparse: --version, --help, a bad flag
                 code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+            finally:
+                end_wandb_session()
     finally:
         os.environ.clear()
         os.environ.update(saved)
         torch.set_num_threads(threads)
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def end_wandb_session() -> None:
+    """W&B reads its environment (WANDB_MODE, WANDB_DIR, a sweep's) once a session, at its first run in
+    a process: cli ends the session before and after each command, as the command's own process would."""
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
 
 
 def run_cli(*args, cwd=None, env=None, timeout=600):
