@@ -8,31 +8,14 @@ import textwrap
 
 import pytest
 import torch
-from conftest import TINY_FIXED, run_cli
+from conftest import TINY, TINY_FIXED, as_args, run_cli
 
 from suite.cli import main
 from suite.launch.grid import load
 from suite.results.rundir import write_json
 from suite.specs.spec import resolve
 
-MODULAR = [
-    "--set",
-    "p=11",
-    "--set",
-    "train_frac=0.5",
-    "--set",
-    "test_frac=0.3",
-    "--set",
-    "batch_size=16",
-    "--set",
-    "d=8",
-    "--set",
-    "hidden=16",
-    "--set",
-    "eval_every=10",
-    "--steps",
-    "20",
-]  # 60 training pairs
+MODULAR = as_args({**TINY, "train.steps": 20})  # 60 training pairs
 TRANSFORMER = ["--set", "p=11", "--set", "batch_size=16", "--set", "eval_every=10", "--steps", "20"]
 
 
@@ -117,19 +100,7 @@ def test_a_setting_that_makes_no_sense(tmp_path, capsys, monkeypatch, kind):
 
 
 def tiny_spec():
-    return resolve(
-        {},
-        {
-            "p": 11,
-            "train_frac": 0.5,
-            "test_frac": 0.3,
-            "batch_size": 16,
-            "d": 8,
-            "hidden": 16,
-            "eval_every": 10,
-            "train.steps": 20,
-        },
-    )
+    return resolve({}, {**TINY, "train.steps": 20})  # what RUN runs
 
 
 RUN = [*MODULAR]
