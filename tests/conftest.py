@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,67 @@ def end_wandb_session() -> None:
     a process: cli ends the session before and after each command, as the command's own process would."""
     if "wandb" in sys.modules:
         sys.modules["wandb"].teardown()
+
+
+class ChunkHere:
+    """What the local backend's Popen of a worker (`python -m suite chunk MANIFEST K`) gives, with the
+    chunk run to its end at once in this process: the worker's environment (one thread), its output in
+    the worker's log, its exit code; the environment, torch's threads and the stop signals' handlers
+    (the chunk takes them over) restored after."""
+
+    def __init__(self, argv, *, stdout, env, **_):
+        import torch
+
+        from suite.cli import main
+
+        *_, command, manifest, index = map(str, argv)
+        assert command == "chunk", argv
+        saved, threads = dict(os.environ), torch.get_num_threads()
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
+                try:
+                    self.returncode = main([command, manifest, index])
+                except Exception:  # what the worker's Python would print, and its exit code
+                    traceback.print_exc()
+                    self.returncode = 1
+        finally:
+            stdout.flush()
+            os.environ.clear()
+            os.environ.update(saved)
+            torch.set_num_threads(threads)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def send_signal(self, sig) -> None:
+        pass  # it has ended
+
+
+@contextlib.contextmanager
+def chunks_here():
+    """A local grid's (or tune's) workers run in this process, one after the other: for tests of what a
+    grid or a tune computes, not of its processes (tests/test_grid.py, test_faults.py and test_ensemble.py
+    run real workers). A worker is a fresh interpreter: seconds of torch's import for a tiny cell."""
+    from types import SimpleNamespace
+
+    from suite.launch import local
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(local, "subprocess", SimpleNamespace(Popen=ChunkHere, STDOUT=subprocess.STDOUT))
+        yield
+
+
+@pytest.fixture
+def chunks_in_process():
+    """chunks_here() for a test: a module asks for it with pytest.mark.usefixtures("chunks_in_process")."""
+    with chunks_here():
+        yield
 
 
 def run_cli(*args, cwd=None, env=None, timeout=600):

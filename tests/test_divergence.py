@@ -67,7 +67,9 @@ def test_a_diverging_member_stops_alone_and_the_others_equal_their_separate_runs
         assert (alone["stop_reason"], alone["steps"]) == (together[i]["stop_reason"], together[i]["steps"])
 
 
-def test_a_grid_goes_on_past_a_diverged_cell_and_the_leaderboard_counts_it_a_failure(tmp_path, capsys):
+def test_a_grid_goes_on_past_a_diverged_cell_and_the_leaderboard_counts_it_a_failure(
+    tmp_path, capsys, chunks_in_process
+):
     grid = tmp_path / "g.toml"
     grid.write_text(TINY_FIXED + 'opt = "sgd"\n[axes]\n"opt.lr" = [1e8, 0.1]\n')
     root = tmp_path / "runs"

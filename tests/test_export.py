@@ -5,7 +5,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from conftest import REPO, TINY, as_args, as_fixed
+from conftest import REPO, TINY, as_args, as_fixed, chunks_here
 
 from suite.cli import main
 from suite.specs.spec import cell_id
@@ -43,7 +43,8 @@ def root(tmp_path_factory):
         + as_fixed({**TINY, "train.steps": 20})
         + '[[experiment]]\nname = "small-lr"\n[experiment.fixed]\n"opt.lr" = 1e-3\n'
     )
-    assert main(["grid", str(grid), "--root", str(root / "grid"), "--workers", "1"]) == 0
+    with chunks_here():
+        assert main(["grid", str(grid), "--root", str(root / "grid"), "--workers", "1"]) == 0
     (root / "probe").mkdir()
     shutil.copy(PROBE, root / "probe" / "result.json")
     shutil.copy(PROBE.with_name("probe.csv"), root / "probe" / "probe.csv")
