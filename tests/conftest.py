@@ -94,7 +94,7 @@ class ChunkHere:
 @contextlib.contextmanager
 def chunks_here():
     """A local grid's (or tune's) workers run in this process, one after the other: for tests of what a
-    grid or a tune computes, not of its processes (tests/test_grid.py, test_faults.py and test_ensemble.py
+    grid or a tune computes, not of its processes (tests/test_grid.py, test_faults.py and test_code_identity.py
     run real workers). A worker is a fresh interpreter: seconds of torch's import for a tiny cell."""
     from types import SimpleNamespace
 

@@ -234,7 +234,7 @@ def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
+def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path, chunks_in_process):
     grid = tmp_path / "g.toml"
     grid.write_text('name = "g"\n' + TINY_FIXED + '[axes]\nopt = ["adam", "adamlr"]\nseed = [0, 1, 2]\n')
     out = cli("grid", grid, "--root", tmp_path / "runs", "--workers", "2")

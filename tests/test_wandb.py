@@ -19,6 +19,8 @@ from suite.launch.tracking import ID_FILE, default_mode, job_type, kept_run_id, 
 from suite.specs.cell import Cell
 from suite.specs.spec import canonical, cell_id, spec_id
 
+# a grid's workers run in this process (chunks_here): W&B's files are the point, not the processes
+pytestmark = pytest.mark.usefixtures("chunks_in_process")
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
 ARGS = as_args({**TINY, "train.steps": 20})
 
