@@ -9,10 +9,13 @@ import shutil
 import textwrap
 
 import pytest
-from conftest import PARITY_FIXED
+from conftest import PARITY_FIXED, chunks_here
 
 from suite.cli import main
 from suite.errors import SuiteError
+
+# the workers of a grid or tune run in this process: what they compute is the point, not their processes
+pytestmark = pytest.mark.usefixtures("chunks_in_process")
 
 BOARD = (
     'name = "board"\n'
@@ -45,7 +48,8 @@ def committed(tmp_path_factory):
     """A tuned board in the committed layout (BOARD/runs with tuning.json), as leaderboards/ keeps one."""
     where = tmp_path_factory.mktemp("made")
     (where / "board.toml").write_text(BOARD)
-    assert main(["tune", str(where / "board.toml"), "--root", str(where / "root"), "--workers", "2"]) == 0
+    with chunks_here():
+        assert main(["tune", str(where / "board.toml"), "--root", str(where / "root"), "--workers", "2"]) == 0
     board = where / "committed"
     shutil.copytree(where / "root" / "final", board / "runs")
     return board

@@ -1,38 +1,21 @@
 """Bad input, one kind per case: a setting of a registered component (or of the loop) that makes
 no sense, or a file the suite reads that is damaged. Each is one line on stderr starting with
 "error:", exit code 2, and nothing written. The cases call the CLI's main() in this process (the
-argument parsing, the commands and their error handling; tests/test_run.py runs a few of them as
-separate processes, the way a user does)."""
+argument parsing, the commands and their error handling; tests/test_run.py runs one as a separate
+process, the way a user does)."""
 
 import textwrap
 
 import pytest
 import torch
-from conftest import TINY_FIXED, run_cli
+from conftest import TINY, TINY_FIXED, as_args, run_cli
 
 from suite.cli import main
 from suite.launch.grid import load
 from suite.results.rundir import write_json
 from suite.specs.spec import resolve
 
-MODULAR = [
-    "--set",
-    "p=11",
-    "--set",
-    "train_frac=0.5",
-    "--set",
-    "test_frac=0.3",
-    "--set",
-    "batch_size=16",
-    "--set",
-    "d=8",
-    "--set",
-    "hidden=16",
-    "--set",
-    "eval_every=10",
-    "--steps",
-    "20",
-]  # 60 training pairs
+MODULAR = as_args({**TINY, "train.steps": 20})  # 60 training pairs
 TRANSFORMER = ["--set", "p=11", "--set", "batch_size=16", "--set", "eval_every=10", "--steps", "20"]
 
 
@@ -117,19 +100,7 @@ def test_a_setting_that_makes_no_sense(tmp_path, capsys, monkeypatch, kind):
 
 
 def tiny_spec():
-    return resolve(
-        {},
-        {
-            "p": 11,
-            "train_frac": 0.5,
-            "test_frac": 0.3,
-            "batch_size": 16,
-            "d": 8,
-            "hidden": 16,
-            "eval_every": 10,
-            "train.steps": 20,
-        },
-    )
+    return resolve({}, {**TINY, "train.steps": 20})  # what RUN runs
 
 
 RUN = [*MODULAR]
@@ -268,7 +239,7 @@ def test_cuda_asked_for_without_cuda(tmp_path, capsys, grid, command):
 # --- every class the hostile-input review found (issue 28): one line, exit 2, the folder unchanged ---
 
 HUGE = str(2**70)  # no integer setting takes it: torch and numpy hold 64-bit integers
-FULL_BATCH = [a for i, a in enumerate(MODULAR) if "batch_size=16" not in MODULAR[i : i + 2]]  # full takes no batch
+FULL_BATCH = as_args({k: v for k, v in {**TINY, "train.steps": 20}.items() if k != "batch_size"})  # full: no batch
 SETTINGS_MORE = {  # kind -> (run arguments, what the line says)
     "seed past 2^63": ([*MODULAR, "--seed", str(2**63)], "seed must be a non-negative integer below 2^63"),
     "seed 2^64": ([*MODULAR, "--seed", str(2**64)], "below 2^63"),

@@ -29,6 +29,16 @@ def _campaign(part, out, work, *extra, cwd=REPO):
     return subprocess.run([*map(str, args), *extra], cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
+def _campaign_here(part, out, work, *extra, capsys) -> tuple[int, str]:
+    """The part's main() in this process (its steps are processes of their own either way): exit code, stderr."""
+    from gpu_campaign import main
+
+    capsys.readouterr()
+    code = main([part, "--device", "cpu", "--quick", "--out", str(out), "--work", str(work), *extra])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.slow  # every step of each part: minutes of grids, the bench and a nested pytest
 @pytest.mark.parametrize("part", ["check", "grids", "long"])
 def test_each_part_runs_on_the_cpu_and_packs_its_results_for_out(tmp_path, part):
     proc = _campaign(part, tmp_path / "out", tmp_path / "work", cwd=tmp_path)  # from any folder, not the checkout
@@ -50,20 +60,20 @@ def test_each_part_runs_on_the_cpu_and_packs_its_results_for_out(tmp_path, part)
         assert any(n.endswith("leaderboard/index.md") for n in names)
 
 
-def test_a_part_whose_time_runs_out_skips_what_is_left_and_still_reports(tmp_path):
-    proc = _campaign("grids", tmp_path / "out", tmp_path / "work", "--budget-s", "1")
-    assert proc.returncode == 0, proc.stderr
+def test_a_part_whose_time_runs_out_skips_what_is_left_and_still_reports(tmp_path, capsys):
+    code, err = _campaign_here("grids", tmp_path / "out", tmp_path / "work", "--budget-s", "1", capsys=capsys)
+    assert code == 0, err
     report = json.loads((tmp_path / "out" / "grids.json").read_text())
     assert report["steps"] and all("time ran out" in step["note"] for step in report["steps"])
 
 
-def test_a_part_with_a_failed_step_exits_1_with_one_line_and_still_reports(tmp_path):
+def test_a_part_with_a_failed_step_exits_1_with_one_line_and_still_reports(tmp_path, capsys):
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "paper").write_text("in the way")  # the paper grid's root: its step fails
-    proc = _campaign("grids", tmp_path / "out", tmp_path / "work")
+    code, err = _campaign_here("grids", tmp_path / "out", tmp_path / "work", capsys=capsys)
     report = json.loads((tmp_path / "out" / "grids.json").read_text())
-    assert proc.returncode == 1 and {s["step"]: s["exit"] for s in report["steps"]}["paper"] == 2
-    assert proc.stderr.strip().splitlines()[-1] == f"error: 1 of {len(report['steps'])} steps failed (paper): " + str(
+    assert code == 1 and {s["step"]: s["exit"] for s in report["steps"]}["paper"] == 2
+    assert err.strip().splitlines()[-1] == f"error: 1 of {len(report['steps'])} steps failed (paper): " + str(
         tmp_path / "out" / "grids.md"
     )
 
@@ -80,10 +90,15 @@ BAD = {  # flags -> what the one line says
 
 
 @pytest.mark.parametrize("flags", BAD, ids=" ".join)
-def test_bad_input_stops_a_part_before_it_runs_in_one_line(tmp_path, flags):
+def test_bad_input_stops_a_part_before_it_runs_in_one_line(tmp_path, monkeypatch, capsys, flags):
+    from gpu_campaign import main  # in this process: what is refused is refused before any step starts one
+
     (tmp_path / "file").write_text("in the way")
-    args = [sys.executable, REPO / "tests" / "gpu_campaign.py", "check", "--device", "cpu", "--quick", *flags]
-    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and BAD[flags] in lines[0]
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(["check", "--device", "cpu", "--quick", *flags])
+    except SystemExit as exit:  # argparse's refusal
+        code = exit.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and BAD[flags] in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no runs/, nothing measured or packed

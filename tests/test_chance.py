@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import PreemptAt, as_cells, metrics_text
+from conftest import TINY, PreemptAt, as_cells, metrics_text
 
 from suite import GradFilter, register_filter
 from suite.cli import main
@@ -37,13 +37,12 @@ class Ascent(GradFilter):
 
 
 # a+b mod 11: memorized by step ~70, at chance ~20 steps after the ascent starts at 100
-TINY = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 32, "d": 16, "hidden": 32}
-TINY |= {"train.steps": 400, "eval_every": 10, "filter.after": 100}
+CELL = {**TINY, "train.steps": 400, "filter.after": 100}
 CHANCE = 1 / 11 + 0.1 * (1 - 1 / 11)  # within a tenth of the way from chance to 1
 
 
 def cli_run(out, **extra) -> dict:
-    sets = [f"--set={k}={v}" for k, v in (TINY | extra).items()]
+    sets = [f"--set={k}={v}" for k, v in (CELL | extra).items()]
     assert main(["run", "--filter", "_ascent", *sets, "--out", str(out)]) == 0
     return json.loads((out / "result.json").read_text())
 
@@ -73,7 +72,7 @@ def test_a_run_at_chance_says_so_when_it_falls_and_stops_once_chance_patience_ha
 
 
 def test_a_resume_inside_the_stretch_at_chance_stops_where_the_whole_run_stops(tmp_path):
-    spec = resolve({"filter": "_ascent"}, TINY | {"chance_patience": 60, "checkpoint_every": 20})
+    spec = resolve({"filter": "_ascent"}, CELL | {"chance_patience": 60, "checkpoint_every": 20})
     cpu = torch.device("cpu")
     (whole,) = train(as_cells([spec], [tmp_path / "whole"]), cpu)
     assert whole["chance_step"] < 150 < whole["steps"]  # the cut falls inside the stretch
@@ -112,7 +111,7 @@ def test_a_run_that_never_leaves_chance_stops_after_learn_patience_and_a_resume_
     assert "NEVER LEARNED" in capsys.readouterr().err
     learns = cli_run(tmp_path / "learns", **{"filter.after": 10_000, "learn_patience": 60})
     assert learns["stop_reason"] != "never learned" and learns["steps"] > 60  # it left chance: it goes on
-    spec = resolve({"filter": "_ascent"}, TINY | still)
+    spec = resolve({"filter": "_ascent"}, CELL | still)
     with pytest.raises(Preempted):
         train(as_cells([spec], [tmp_path / "cut"], [PreemptAt(40)]), torch.device("cpu"))
     (resumed,) = train(as_cells([spec], [tmp_path / "cut"]), torch.device("cpu"))
@@ -132,7 +131,7 @@ def test_train_flushes_denormals_while_it_runs_and_leaves_torch_as_it_found_it(t
 
     before = flushing_denormals()
     torch.set_flush_denormal(False)
-    spec = resolve({"filter": "_ascent"}, TINY | {"train.steps": 20})
+    spec = resolve({"filter": "_ascent"}, CELL | {"train.steps": 20})
     train(as_cells([spec], [tmp_path / "run"]), torch.device("cpu"))
     assert flushing_denormals() is False
     torch.set_flush_denormal(before)

@@ -1,10 +1,12 @@
 """A run records the code of each component it was made by, and a finished (or checkpointed) run
 made by other code of a component is never reused silently: the command names the component and
-stops, or with --rerun-changed runs the cell again. Runs made before the record existed are reused."""
+stops, or with --rerun-changed runs the cell again. Runs made before the record existed are reused.
+A user's plugin is run in processes of its own (run_cli): its code is read, hashed and registered once
+a process, and each run here must see the code as it is on disk then."""
 
 import json
 
-from conftest import TINY_FIXED, plugin_package, run_cli
+from conftest import TINY_FIXED, cli, plugin_package, run_cli
 
 # A user's optimizer in a package of their own, registered through the suite.optimizers entry point.
 PLUGIN = '''
@@ -142,10 +144,10 @@ def test_a_grid_stops_on_run_folders_made_by_other_code_and_reruns_them_when_ask
 def test_a_run_made_before_code_was_recorded_is_reused(tmp_path):
     out = tmp_path / "run"
     args = ["run", "--set", "p=23", "--set", "batch_size=64", "--steps", "20", "--set", "eval_every=10", "--out", out]
-    assert run_cli(*args).returncode == 0
+    assert cli(*args).returncode == 0
     (out / "code.json").unlink()  # as every run committed before the record existed
     result = json.loads((out / "result.json").read_text())
     del result["code"]
     (out / "result.json").write_text(json.dumps(result))
-    again = run_cli(*args)
+    again = cli(*args)
     assert again.returncode == 0 and "already finished" in again.stderr

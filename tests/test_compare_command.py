@@ -10,6 +10,9 @@ from test_leaderboard_embedding import write_run
 
 from suite.cli import main
 
+# the workers of a grid or tune run in this process: what they compute is the point, not their processes
+pytestmark = pytest.mark.usefixtures("chunks_in_process")
+
 
 def _roots(tmp_path, grok_a, grok_b, opt="adam"):
     for root, steps in (("a", grok_a), ("b", grok_b)):

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import REPO, as_cells, metrics_text, plugin_package, run_cli
+from conftest import REPO, as_cells, cli, metrics_text, plugin_package, run_cli
 from torch import nn
 
 from suite import SuiteError, register_model
@@ -77,6 +77,7 @@ def test_a_contract_error_is_one_line_exit_2_from_the_cli(tmp_path):
         tmp_path,
         "from suite import register_task\n\n@register_task('seedless')\ndef seedless(*, seed: int = 0):\n    pass\n",
     )
+    # a process of its own: an installed distribution's entry points are read once, as a process starts
     proc = run_cli("run", "--task", "seedless", "--out", tmp_path / "run", env=env)
     assert proc.returncode == 2 and not (tmp_path / "run").exists()
     # the module failed to register: its import costs one warning, and the task is unknown
@@ -125,13 +126,13 @@ def test_a_builtin_cannot_be_replaced_by_accident():
 def test_every_entry_knows_where_it_comes_from():
     assert re.fullmatch(r".*suite/components/optimizers\.py:\d+", ALL["opt"].get("adam").origin)
     assert re.fullmatch(r".*tasks/modular\.py:\d+", ALL["task"].get("modular").origin)
-    proc = run_cli("list", "opt", "--origin")
+    proc = cli("list", "opt", "--origin")
     assert re.search(r"^\s+from \S+suite/components/optimizers\.py:\d+$", proc.stdout, re.M), proc.stdout
 
 
 def test_a_module_that_fails_to_import_costs_one_warning_and_the_rest_work(tmp_path):
     env = plugin_package(tmp_path, "import no_such_dependency_here\n", ep_name="broken")
-    proc = run_cli("list", "opt", env=env)
+    proc = run_cli("list", "opt", env=env)  # processes of their own: entry points are read as a process starts
     assert proc.returncode == 0
     assert proc.stderr.strip().splitlines() == [
         "warning: skipped entry point broken (outside_pkg): "
@@ -156,17 +157,17 @@ def test_a_module_that_fails_to_import_costs_one_warning_and_the_rest_work(tmp_p
 
 
 def test_list_filters_names_with_wildcards():
-    both = run_cli("list", "adam*").stdout
+    both = cli("list", "adam*").stdout
     names = re.findall(r"^  (\S+)\s", both, re.M)
     assert names == ["adam", "adamlr", "adamlr_adaptive", "adamw", "adamwlr"]
-    assert re.findall(r"^  (\S+)\s", run_cli("list", "model", "*former*").stdout, re.M) == [
+    assert re.findall(r"^  (\S+)\s", cli("list", "model", "*former*").stdout, re.M) == [
         "grokfast_transformer",
         "transformer",
     ]
-    assert re.findall(r"^  (\S+)\s", run_cli("list", "runner").stdout, re.M) == ["probe"]
-    none = run_cli("list", "zzz*")
+    assert re.findall(r"^  (\S+)\s", cli("list", "runner").stdout, re.M) == ["probe"]
+    none = cli("list", "zzz*")
     assert none.returncode == 2 and none.stderr.strip() == "error: no component matches 'zzz*'"
-    typo = run_cli("list", "mdel")
+    typo = cli("list", "mdel")
     assert typo.returncode == 2 and "unknown kind 'mdel' (did you mean 'model'?)" in typo.stderr
 
 
@@ -264,7 +265,7 @@ def test_the_example_adds_one_component_of_each_kind_from_a_new_module_and_runs_
     source = (REPO / "suite/specs/contracts.py").read_text()  # the example ends the module docstring
     code = source.split("<!-- example components -->")[1].split("```python")[1].split("```")[0]
     env = plugin_package(tmp_path, textwrap.dedent(code))
-    listing = run_cli("list", "--origin", env=env)
+    listing = run_cli("list", "--origin", env=env)  # processes of their own: entry points are read at a start
     for kind_heading, name in (
         ("tasks", "parity"),
         ("models", "bag"),
@@ -446,7 +447,7 @@ def test_listing_into_a_closed_pipe_is_quiet():
     import subprocess
     import sys
 
-    proc = subprocess.run(
+    proc = subprocess.run(  # a process of its own: the reader that leaves is another process
         f"{sys.executable} -m suite list | head -1", shell=True, capture_output=True, text=True, cwd=REPO, timeout=300
     )
     assert proc.stdout == "tasks:\n" and "Traceback" not in proc.stderr, proc.stderr

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY_FIXED, as_cells, metrics_text, run_cli
+from conftest import TINY, TINY_FIXED, as_args, as_cells, cli, metrics_text
 
 from suite import TaskData, register_task
 from suite.cli import main
@@ -16,16 +16,6 @@ from suite.engine.train import train
 from suite.specs.spec import resolve
 
 CPU = torch.device("cpu")
-TINY = {
-    "p": 11,
-    "train_frac": 0.5,
-    "test_frac": 0.3,
-    "batch_size": 32,
-    "train.steps": 60,
-    "eval_every": 10,
-    "d": 16,
-    "hidden": 32,
-}
 
 
 def metrics(run_dir):
@@ -34,8 +24,8 @@ def metrics(run_dir):
 
 def test_a_run_that_blows_up_stops_as_diverged_with_its_last_finite_metrics(tmp_path):
     out = tmp_path / "run"
-    args = [f"--set={k}={v}" for k, v in TINY.items() if k != "train.steps"]
-    proc = run_cli("run", "--opt", "sgd", "--set", "lr=1e8", "--steps", "200", *args, "--out", out)
+    args = as_args({k: v for k, v in TINY.items() if k != "train.steps"})
+    proc = cli("run", "--opt", "sgd", "--set", "lr=1e8", "--steps", "200", *args, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "DIVERGED" in proc.stderr
     result = json.loads((out / "result.json").read_text())
@@ -77,7 +67,9 @@ def test_a_diverging_member_stops_alone_and_the_others_equal_their_separate_runs
         assert (alone["stop_reason"], alone["steps"]) == (together[i]["stop_reason"], together[i]["steps"])
 
 
-def test_a_grid_goes_on_past_a_diverged_cell_and_the_leaderboard_counts_it_a_failure(tmp_path, capsys):
+def test_a_grid_goes_on_past_a_diverged_cell_and_the_leaderboard_counts_it_a_failure(
+    tmp_path, capsys, chunks_in_process
+):
     grid = tmp_path / "g.toml"
     grid.write_text(TINY_FIXED + 'opt = "sgd"\n[axes]\n"opt.lr" = [1e8, 0.1]\n')
     root = tmp_path / "runs"
@@ -88,7 +80,7 @@ def test_a_grid_goes_on_past_a_diverged_cell_and_the_leaderboard_counts_it_a_fai
     assert main(["status", str(grid), "--root", str(root)]) == 0
     assert capsys.readouterr().out.strip() == "2 cells: 2 done"
 
-    board = run_cli("leaderboard", root, "--out", tmp_path / "board")
+    board = cli("leaderboard", root, "--out", tmp_path / "board")
     assert board.returncode == 0, board.stderr
     rows = list(csv.DictReader((tmp_path / "board/modular-mlp.csv").read_text().splitlines()))
     (diverged,) = [r for r in rows if "lr=1" in r["method"] and "lr=0.1" not in r["method"]]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_FIXED, PreemptAt, as_cells, metrics_text, run_cli, stack_of
+from conftest import TINY, TINY_FIXED, PreemptAt, as_args, as_cells, cli, metrics_text, stack_of
 from torch import nn
 
 from suite.engine.plan import blocker
@@ -216,44 +216,28 @@ def test_stacked_weights_take_their_gradients_without_a_copy_and_keep_that_layou
 
 
 def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
-    args = [
-        "run",
-        "--root",
-        tmp_path,
-        "--set",
-        "p=11",
-        "--set",
-        "batch_size=16",
-        "--set",
-        "train.steps=20",
-        "--set",
-        "eval_every=10",
-        "--set",
-        "d=8",
-        "--set",
-        "hidden=16",
-    ]
-    out = run_cli(*args, "--seeds", "0-1,4")
+    args = ["run", "--root", tmp_path, *as_args({**TINY, "train.steps": 20})]
+    out = cli(*args, "--seeds", "0-1,4")
     assert out.returncode == 0, out.stderr
     paths = [Path(line) for line in out.stdout.splitlines()]
     assert [json.loads(p.read_text())["spec"]["seed"] for p in paths] == [0, 1, 4]
     assert "its share of a stack of 3" in out.stderr
-    again = run_cli(*args, "--seeds", "4,5")  # 4 is done: only 5 runs
+    again = cli(*args, "--seeds", "4,5")  # 4 is done: only 5 runs
     assert again.returncode == 0 and again.stderr.count("already finished") == 1
     for bad, message in (
         (["--seeds", "3-1"], "--seeds takes a list"),
         (["--seeds", "a"], "--seeds takes a list"),
         (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run dir"),
     ):
-        out = run_cli(*args, *bad)
+        out = cli(*args, *bad)
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr
     assert not (tmp_path / "x").exists()
 
 
-def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
+def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path, chunks_in_process):
     grid = tmp_path / "g.toml"
     grid.write_text('name = "g"\n' + TINY_FIXED + '[axes]\nopt = ["adam", "adamlr"]\nseed = [0, 1, 2]\n')
-    out = run_cli("grid", grid, "--root", tmp_path / "runs", "--workers", "2")
+    out = cli("grid", grid, "--root", tmp_path / "runs", "--workers", "2")
     assert out.returncode == 0, out.stderr
     assert "6 cells in 2 processes" in out.stderr
     (manifest,) = (tmp_path / "runs" / "grids" / "g").glob("*/manifest.json")
@@ -262,7 +246,7 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
     results = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("result.json")]
     assert sorted(r["ensemble_size"] for r in results) == [3] * 6
     # the same grid with --ensemble 1: every cell on its own, the same numbers
-    out = run_cli("grid", grid, "--root", tmp_path / "alone", "--ensemble", "1", "--workers", "2")
+    out = cli("grid", grid, "--root", tmp_path / "alone", "--ensemble", "1", "--workers", "2")
     assert out.returncode == 0 and "6 cells in 6 processes" in out.stderr
     for path in (tmp_path / "runs").rglob("metrics.jsonl"):
         twin = tmp_path / "alone" / path.relative_to(tmp_path / "runs")
@@ -270,26 +254,8 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path):
 
 
 def test_compile_trains_the_same_cell_to_float_rounding_and_is_recorded(tmp_path):
-    args = [
-        "run",
-        "--set",
-        "p=11",
-        "--set",
-        "batch_size=16",
-        "--set",
-        "train.steps=20",
-        "--set",
-        "eval_every=10",
-        "--set",
-        "d=8",
-        "--set",
-        "hidden=16",
-        "--seeds",
-        "0-1",
-    ]
-    eager, compiled = (
-        run_cli(*args, "--root", tmp_path / name, *flag) for name, flag in (("e", []), ("c", ["--compile"]))
-    )
+    args = ["run", *as_args({**TINY, "train.steps": 20}), "--seeds", "0-1"]
+    eager, compiled = (cli(*args, "--root", tmp_path / name, *flag) for name, flag in (("e", []), ("c", ["--compile"])))
     assert eager.returncode == 0 and compiled.returncode == 0, compiled.stderr
     for e_path, c_path in zip(eager.stdout.split(), compiled.stdout.split()):
         e, c = json.loads(Path(e_path).read_text()), json.loads(Path(c_path).read_text())

@@ -10,7 +10,7 @@ import sys
 import tomllib
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, cli
 
 import suite
 from suite.cli import CORE_MODULES, busy_cores, main, thread_defaults
@@ -40,14 +40,15 @@ SCRIPT = (
 
 
 def test_version_is_the_packages():
-    proc = run_cli("--version")
+    proc = cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"grokking-suite {suite.__version__}"
     assert PYPROJECT["project"]["version"] == suite.__version__
 
 
 def run_entry(code: str, **user) -> tuple[subprocess.CompletedProcess, list[str], dict]:
     """Run an entry point with the thread settings and THP_MEM_ALLOC_ENABLE unset unless the user
-    sets them: the process, its stdout lines and the environment torch was imported under."""
+    sets them: the process, its stdout lines and the environment torch was imported under. A fresh
+    interpreter each: what is set before torch's import is the point, and this one imported torch long ago."""
     ours = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")
     env = {k: v for k, v in os.environ.items() if k not in ours} | user
     proc = subprocess.run(

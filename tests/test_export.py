@@ -5,29 +5,12 @@ import shutil
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, TINY, as_args, as_fixed, chunks_here
 
 from suite.cli import main
 from suite.specs.spec import cell_id
 
-TINY = [
-    "--set",
-    "p=11",
-    "--set",
-    "train_frac=0.5",
-    "--set",
-    "batch_size=16",
-    "--set",
-    "d=16",
-    "--set",
-    "hidden=32",
-    "--steps",
-    "20",
-    "--set",
-    "eval_every=10",
-    "--wandb",
-    "off",
-]
+ARGS = [*as_args({**TINY, "train.steps": 20}), "--wandb", "off"]
 PROBE = next(REPO.glob("leaderboards/probes/runs/*/*/result.json"))  # a committed number-probe result
 
 
@@ -36,12 +19,12 @@ def root(tmp_path_factory):
     """Two trained runs (one a level deeper), one cell of a grid's experiment, a probe's result with
     its scores, and a result.json that is not one."""
     root = tmp_path_factory.mktemp("export") / "runs"
-    assert main(["run", *TINY, "--out", str(root / "a")]) == 0
+    assert main(["run", *ARGS, "--out", str(root / "a")]) == 0
     assert (
         main(
             [
                 "run",
-                *TINY,
+                *ARGS,
                 "--opt",
                 "adamlr",
                 "--set",
@@ -56,10 +39,12 @@ def root(tmp_path_factory):
     )
     grid = root.parent / "tiny.toml"
     grid.write_text(
-        'name = "tiny"\n[fixed]\n"train.steps" = 20\np = 11\ntrain_frac = 0.5\nbatch_size = 16\nd = 16\n'
-        'hidden = 32\neval_every = 10\n[[experiment]]\nname = "small-lr"\n[experiment.fixed]\n"opt.lr" = 1e-3\n'
+        'name = "tiny"\n'
+        + as_fixed({**TINY, "train.steps": 20})
+        + '[[experiment]]\nname = "small-lr"\n[experiment.fixed]\n"opt.lr" = 1e-3\n'
     )
-    assert main(["grid", str(grid), "--root", str(root / "grid"), "--workers", "1"]) == 0
+    with chunks_here():
+        assert main(["grid", str(grid), "--root", str(root / "grid"), "--workers", "1"]) == 0
     (root / "probe").mkdir()
     shutil.copy(PROBE, root / "probe" / "result.json")
     shutil.copy(PROBE.with_name("probe.csv"), root / "probe" / "probe.csv")

@@ -7,16 +7,17 @@ import sys
 import tomllib
 
 import pytest
-from conftest import ONE_POINT, REPO, TINY_FIXED
+from conftest import ONE_POINT, REPO, TINY, TINY_FIXED, as_args
 
 from suite.errors import EXTRAS
 
 HIDE = sorted(EXTRAS)
-TINY = ["--set=p=11", "--set=train_frac=0.5", "--set=test_frac=0.3", "--set=batch_size=16", "--set=eval_every=10"]
+ARGS = as_args(TINY)
 
 
 def _core(*args):
-    """`python -m suite ARGS` with every extra's modules missing."""
+    """`python -m suite ARGS` with every extra's modules missing, in a process of its own: a core install is
+    a Python that never imported an extra, and this one has (other tests use them)."""
     code = f"import sys\nfor m in {HIDE!r}: sys.modules[m] = None\nfrom suite.cli import main\nsys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=600
@@ -24,7 +25,7 @@ def _core(*args):
 
 
 def test_the_core_trains_boards_and_exports_without_any_extra(tmp_path):
-    proc = _core("run", "--set=train.steps=40", *TINY, "--out", tmp_path / "runs" / "one")
+    proc = _core("run", *ARGS, "--out", tmp_path / "runs" / "one")
     assert proc.returncode == 0, proc.stderr
     assert _core("list").returncode == 0
     proc = _core("leaderboard", tmp_path / "runs", "--out", tmp_path / "board")
@@ -40,8 +41,8 @@ def test_the_core_trains_boards_and_exports_without_any_extra(tmp_path):
             "text",
             ["run", "--task", "zipf_text", "--model", "transformer", "--set=train.steps=20", "--set=eval_every=10"],
         ),
-        ("wandb", ["run", "--set=train.steps=20", *TINY, "--wandb", "offline"]),
-        ("schedulefree", ["run", "--opt", "schedulefree_adamw", "--set=train.steps=20", *TINY]),
+        ("wandb", ["run", *ARGS, "--wandb", "offline"]),
+        ("schedulefree", ["run", "--opt", "schedulefree_adamw", *ARGS]),
     ],
 )
 def test_a_command_that_needs_a_missing_extra_names_it_in_one_line_and_writes_nothing(tmp_path, extra, args):

@@ -16,6 +16,9 @@ from suite.launch.spaces import parse
 from suite.launch.tuning import check_cells
 from suite.leaderboard import generate
 
+# the workers of a grid or tune run in this process: what they compute is the point, not their processes
+pytestmark = pytest.mark.usefixtures("chunks_in_process")
+
 FIGHT = (
     'name = "fight"\n'
     + PARITY_FIXED

@@ -14,7 +14,7 @@ import threading
 
 import pytest
 import torch
-from conftest import TINY_FIXED, PreemptAt, as_cells, metrics_text, run_cli, wait_for_step
+from conftest import TINY_FIXED, PreemptAt, as_cells, cli, metrics_text, wait_for_step
 
 from suite.cli import main
 from suite.engine.train import Preempted, train
@@ -137,10 +137,13 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, 
 
 @pytest.mark.skipif(shutil.which("getent") is not None and subprocess.run(["getent", "hosts", "api.wandb.ai"],
                     capture_output=True).returncode == 0, reason="needs a machine without a route to W&B")  # fmt: skip
-def test_wandb_online_without_a_network_falls_back_to_offline_with_one_line(tmp_path):
-    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "a" * 40, "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
-           "SUITE_WANDB_INIT_TIMEOUT": "3"}  # fmt: skip
-    proc = run_cli("run", *ARGS, "--out", tmp_path / "run", env=env, cwd=tmp_path)
+def test_wandb_online_without_a_network_falls_back_to_offline_with_one_line(tmp_path, monkeypatch):
+    from suite.launch import tracking
+
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "a" * 40, "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    monkeypatch.setattr(tracking, "INIT_TIMEOUT_S", 3.0)  # what SUITE_WANDB_INIT_TIMEOUT=3 sets at its import
+    monkeypatch.setattr(tracking, "_online_failed", False)  # this process's first online attempt
+    proc = cli("run", *ARGS, "--out", tmp_path / "run", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: W&B online failed")]
     assert len(warnings) == 1 and "logging offline instead" in warnings[0]
@@ -148,10 +151,11 @@ def test_wandb_online_without_a_network_falls_back_to_offline_with_one_line(tmp_
 
 
 def test_ctrl_c_on_run_checkpoints_with_one_line_and_resumes_to_the_same_numbers(tmp_path):
-    long = [*ARGS, "--set", "train.steps=10000", "--set", "checkpoint_every=100"]
-    reference = run_cli("run", *long, "--out", tmp_path / "reference")
+    long = [*ARGS, "--set", "train.steps=3000", "--set", "checkpoint_every=100"]  # Ctrl-C comes at step ~500
+    reference = cli("run", *long, "--out", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     out = tmp_path / "run"
+    # a process of its own: the point is its Ctrl-C (SIGINT) and exit code
     proc = subprocess.Popen([sys.executable, "-m", "suite", "run", *long, "--out", str(out)],
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)  # fmt: skip
     wait_for_step(proc, out, 500)
@@ -163,7 +167,7 @@ def test_ctrl_c_on_run_checkpoints_with_one_line_and_resumes_to_the_same_numbers
     assert last.startswith("interrupted at step ") and last.endswith(
         "checkpointed; run the same command again to resume"
     )
-    resumed = run_cli("run", *long, "--out", out)
+    resumed = cli("run", *long, "--out", out)
     assert resumed.returncode == 0, resumed.stderr
     assert metrics_text(out) == metrics_text(tmp_path / "reference")
 
@@ -291,6 +295,7 @@ def test_a_signal_while_the_data_is_built_stops_the_run_at_once_as_a_preemption(
     out = tmp_path / "run"
     args = ["--task", "polygons", "--model", "mlp", "--set", "resolution=8", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "SUITE_CACHE": str(tmp_path / "cache")}
+    # a process of its own: the point is the signal and the exit code
     proc = subprocess.Popen([sys.executable, "-m", "suite", "run", *args], env=env, stderr=subprocess.PIPE, text=True)
     said = []
     while not (said and said[-1].startswith("polygons: rendering")):

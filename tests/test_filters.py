@@ -6,7 +6,7 @@ import io
 
 import pytest
 import torch
-from conftest import PreemptAt, as_cells, metrics_text
+from conftest import TINY, PreemptAt, as_cells, metrics_text
 
 from suite import SuiteError
 from suite.engine.train import Preempted, train
@@ -106,16 +106,7 @@ def _metrics(run_dir):
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, choices, settings):
     spec = resolve(
         choices,
-        {
-            "p": 11,
-            "batch_size": 16,
-            "train.steps": 60,
-            "train.eval_every": 10,
-            "patience": None,
-            "model.d": 8,
-            "model.hidden": 16,
-            **settings,
-        },
+        {**TINY, "batch_size": 16, "train.steps": 60, "patience": None, **settings},
     )
     whole = train(as_cells([spec], [tmp_path / "whole"]), torch.device("cpu"))[0]
     with pytest.raises(Preempted):  # stops (with a checkpoint) right after the update of step 30

@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, TINY_FIXED, run_cli
+from conftest import REPO, TINY_FIXED, cli
 
 from suite.cli import main
 from suite.launch.grid import load
@@ -231,7 +231,7 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert capsys.readouterr().out.split() == [str(dirs[0].path), "[opt=adam]", str(dirs[1].path), "[opt=sgd]"]
 
     # Workers share the cores: one thread each, waiting passively, whatever the caller's environment says.
-    proc = run_cli(
+    proc = cli(
         "grid",
         grid,
         "--backend",
@@ -257,7 +257,7 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("failed") and "RuntimeError: out of memory" in out[0]
     assert out[-1] == "2 cells: 1 done, 1 failed"
-    proc = run_cli("grid", grid, "--root", root)
+    proc = cli("grid", grid, "--root", root)
     assert proc.returncode == 0, proc.stderr
     assert "2 cells, 1 done, 0 running, 1 to run" in proc.stderr
     assert all(d.status() == "done" for d in dirs) and not (dirs[1] / "error.json").exists()
@@ -285,6 +285,7 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
         "import sys, time; from suite.results.rundir import RunDir; rd = RunDir(sys.argv[1]); rd.lock(); "
         "print('locked', flush=True); time.sleep(60)"
     )
+    # another process holds the lock, as a running grid's worker does
     holder = subprocess.Popen([sys.executable, "-c", probe, str(running.path)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"

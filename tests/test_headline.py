@@ -10,7 +10,7 @@ import struct
 import textwrap
 
 import pytest
-from conftest import PARITY_FIXED, REPO
+from conftest import PARITY_FIXED, REPO, chunks_here
 
 from suite.cli import main
 from suite.leaderboard.headline import END, FIGURE, recorded_command, verdicts, word
@@ -52,7 +52,8 @@ README = f"# Boards\n\nabove the headline\n\n{MARKERS}\n\nbelow the headline\n"
 def tuned_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("fight")
     (root / "fight.toml").write_text(FIGHT)
-    assert main(["tune", str(root / "fight.toml"), "--root", str(root / "runs"), "--workers", "2"]) == 0
+    with chunks_here():
+        assert main(["tune", str(root / "fight.toml"), "--root", str(root / "runs"), "--workers", "2"]) == 0
     return root / "runs" / "final"
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PreemptAt, as_cells, metrics_text, run_cli, stack_of
+from conftest import PreemptAt, as_cells, cli, metrics_text, stack_of
 
 from suite.engine.precision import autocast, check, cpu_bf16_units
 from suite.engine.train import Preempted, train, train_step
@@ -88,14 +88,14 @@ def test_tf32_is_refused_off_cuda_in_one_line_with_nothing_written(tmp_path):
         check("tf32", CPU)
     check("bf16", CPU)
     out = tmp_path / "run"
-    proc = run_cli("run", "--set", "train.precision=tf32", "--device", "cpu", "--out", out)
+    proc = cli("run", "--set", "train.precision=tf32", "--device", "cpu", "--out", out)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "tf32" in proc.stderr and not out.exists()
     grid = tmp_path / "g.toml"
     grid.write_text('name = "g"\n[fixed]\n"train.precision" = "tf32"\n"train.steps" = 10\neval_every = 5\n')
-    proc = run_cli("grid", grid, "--root", tmp_path / "root", "--device", "cpu")
+    proc = cli("grid", grid, "--root", tmp_path / "root", "--device", "cpu")
     assert proc.returncode == 2 and "tf32" in proc.stderr and not (tmp_path / "root").exists()
-    proc = run_cli("run", "--set", "train.precision=fp16", "--out", out)
+    proc = cli("run", "--set", "train.precision=fp16", "--out", out)
     assert proc.returncode == 2 and "fp16" in proc.stderr and "bf16" in proc.stderr
 
 
@@ -106,9 +106,9 @@ def test_a_run_folder_of_a_spec_written_before_precision_existed_is_the_same_run
     older = {**spec, "train": {k: v for k, v in spec["train"].items() if k != "precision"}}
     (out / "spec.json").write_text(json.dumps(older))
     args = [f"--set={k}={v}" for k, v in {**SMALL, **MLP}.items()]
-    proc = run_cli("run", *args, "--out", out)
+    proc = cli("run", *args, "--out", out)
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli("run", *args, "--set", "train.precision=bf16", "--out", out)
+    proc = cli("run", *args, "--set", "train.precision=bf16", "--out", out)
     assert proc.returncode == 2 and "different spec" in proc.stderr
 
 
@@ -147,7 +147,7 @@ def test_a_board_pairs_each_bf16_method_with_its_fp32_twin_and_a_board_of_one_pr
             (result,) = train(as_cells([spec], [tmp_path / "runs" / f"{name}{seed}"]), CPU)
             grok[name].append(result["grok_step"])
     assert all(step is not None for steps in grok.values() for step in steps)
-    proc = run_cli("leaderboard", tmp_path / "runs", "--out", tmp_path / "board")
+    proc = cli("leaderboard", tmp_path / "runs", "--out", tmp_path / "board")
     assert proc.returncode == 0, proc.stderr
     (row,) = pd.read_csv(tmp_path / "board" / "precision.csv").to_dict("records")
     assert (row["method"], row["precision"], row["fp32_seeds"], row["bf16_seeds"]) == ("adam", "bf16", 2, 2)
@@ -156,6 +156,6 @@ def test_a_board_pairs_each_bf16_method_with_its_fp32_twin_and_a_board_of_one_pr
     assert "[precision](precision.md)" in (tmp_path / "board" / "index.md").read_text()
     for seed in (0, 1):
         (tmp_path / "runs" / f"bf16{seed}" / "result.json").unlink()
-    proc = run_cli("leaderboard", tmp_path / "runs", "--out", tmp_path / "fp32-board")
+    proc = cli("leaderboard", tmp_path / "runs", "--out", tmp_path / "fp32-board")
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "fp32-board" / "precision.md").exists()

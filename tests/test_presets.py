@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
-from conftest import REPO, build_one
+from conftest import REPO, build_one, cli
 
 from suite import SuiteError
 from suite.specs.presets import apply
@@ -91,11 +88,13 @@ def test_their_model_scores_the_whole_vocabulary():
 
 
 def test_cli_lists_presets_and_filters():
-    out = subprocess.run([sys.executable, "-m", "suite", "list"], capture_output=True, text=True, check=True).stdout
+    listed = cli("list")
+    out = listed.stdout
+    assert listed.returncode == 0, listed.stderr
     assert "grokfast" in out and "with --filter grokfast_ema: opt.weight_decay=0.005" in out
     for name in ALL["filter"].names():
         if not ALL["filter"].get(name).origin.startswith(str(REPO / "tests")):  # a test's own, in this process only
             assert name in out
     assert "alpha=0.98" in out and "window=100" in out
-    bad = subprocess.run([sys.executable, "-m", "suite", "run", "--preset", "nope"], capture_output=True, text=True)
+    bad = cli("run", "--preset", "nope")
     assert bad.returncode == 2 and "unknown preset 'nope'" in bad.stderr

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
+from conftest import cli, run_cli
 from suite.tasks.number_probe import base26, number_interval, number_probe
 
 from suite import SuiteError
@@ -331,6 +331,7 @@ def test_remote_code_runs_only_when_trusted(tmp_path, capsys, tiny_bert):
     assert len(err.splitlines()) == 1 and "cannot load" in err and "trust_remote_code" in err
     assert not (tmp_path / "refused").exists()
     out = tmp_path / "trusted"
+    # a process of its own: transformers reads HF_MODULES_CACHE (where the remote code is copied) as it is imported
     proc = run_cli(
         *args,
         "--set",
@@ -432,7 +433,7 @@ def test_bundled_minilm_end_to_end_through_the_cli(tmp_path):
         "--out",
         out,
     ]
-    proc = run_cli(*args, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    proc = cli(*args, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")
     for name in ("spec.json", "result.json", "probe.csv", "probe_layers.png", "probe_pc1.png"):
@@ -451,5 +452,5 @@ def test_bundled_minilm_end_to_end_through_the_cli(tmp_path):
         assert result[data]["tokens_read"] == {"=": 2 * 4 * 8}
     csv_lines = (out / "probe.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + 2 * 7 and csv_lines[0].startswith("data,layer,pca_ev_mean")
-    again = run_cli(*args)
+    again = cli(*args)
     assert again.returncode == 0 and "already finished" in again.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import metrics_text, run_cli, wait_for_step
+from conftest import cli, metrics_text, wait_for_step
 
 from suite.results.rundir import RunDir, write_json
 
@@ -38,6 +38,7 @@ TIMING = {"wall_s", "steps_per_s", "git_commit", "created_utc"}  # git_commit: o
 
 
 def start(out: Path) -> subprocess.Popen:
+    """The run in a process of its own: the tests kill or signal it."""
     return subprocess.Popen(
         [sys.executable, "-m", "suite", "run", *LONG, "--out", str(out)],
         env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -51,7 +52,7 @@ def start(out: Path) -> subprocess.Popen:
 def reference(tmp_path_factory):
     """The same run, never interrupted."""
     out = tmp_path_factory.mktemp("reference") / "run"
-    proc = run_cli("run", *LONG, "--out", out)
+    proc = cli("run", *LONG, "--out", out)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -71,7 +72,7 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path, refer
     proc.wait()
     assert not (out / "result.json").exists() and (out / "checkpoint.pt").exists()
     assert RunDir(out).status() == "interrupted"  # the OS released the lock
-    resumed = run_cli("run", *LONG, "--out", out)
+    resumed = cli("run", *LONG, "--out", out)
     assert resumed.returncode == 0, resumed.stderr
     step = int(resumed.stderr.split("from step ")[1].split()[0])
     assert 1000 <= step < 2500
@@ -101,7 +102,7 @@ def test_corrupt_checkpoint_is_reported_and_the_run_restarts_from_the_last_good_
     if damage == "both":
         (out / "checkpoint.prev.pt").write_bytes(b"\x00garbage" * 100)
         before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"}
-        refused = run_cli("run", *LONG, "--out", out)  # starting again would overwrite its metrics: the user decides
+        refused = cli("run", *LONG, "--out", out)  # starting again would overwrite its metrics: the user decides
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
         assert (
             refused.stderr.startswith(f"error: no readable checkpoint in {out}")
@@ -110,7 +111,7 @@ def test_corrupt_checkpoint_is_reported_and_the_run_restarts_from_the_last_good_
         assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".lock"} == before  # nothing written
         for name in ("checkpoint.pt", "checkpoint.prev.pt"):
             (out / name).unlink()
-    resumed = run_cli("run", *LONG, "--out", out)
+    resumed = cli("run", *LONG, "--out", out)
     assert resumed.returncode == 0, resumed.stderr
     if damage == "newest":
         assert f"checkpoint {out / 'checkpoint.pt'} is unreadable" in resumed.stderr

@@ -9,36 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, PreemptAt, as_cells, metrics_text, run_cli
+from conftest import REPO, TINY, PreemptAt, as_args, as_cells, cli, metrics_text, run_cli
 
 from suite.engine.train import Preempted, train
 from suite.launch.grid import load
 from suite.launch.manifest import groups
 from suite.specs.spec import resolve
 
-TINY = [
-    "--set",
-    "p=11",
-    "--set",
-    "train_frac=0.5",
-    "--set",
-    "test_frac=0.3",
-    "--set",
-    "batch_size=32",
-    "--set",
-    "eval_every=10",
-    "--set",
-    "d=16",
-    "--set",
-    "hidden=32",
-    "--steps",
-    "60",
-]
+ARGS = as_args({**TINY, "train.steps": 60})
 
 
 def test_run_writes_spec_metrics_and_result(tmp_path):
     out = tmp_path / "run"
-    proc = run_cli("run", "--opt", "adamlr", "--seed", "2", *TINY, "--out", out)
+    proc = cli("run", "--opt", "adamlr", "--seed", "2", *ARGS, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out / "result.json")
     assert re.search(
@@ -84,7 +67,7 @@ def test_run_writes_spec_metrics_and_result(tmp_path):
     assert not (out / "checkpoint.pt").exists()
 
 
-def test_result_records_the_commit_and_whether_the_checkout_had_uncommitted_changes(tmp_path, monkeypatch, tiny):
+def test_result_records_the_commit_and_whether_the_checkout_had_uncommitted_changes(tmp_path, monkeypatch):
     repo = tmp_path / "checkout"
     repo.mkdir()
 
@@ -103,7 +86,7 @@ def test_result_records_the_commit_and_whether_the_checkout_had_uncommitted_chan
     monkeypatch.setenv("GIT_DIR", str(repo / ".git"))  # git then reads this checkout, wherever it runs
     monkeypatch.setenv("GIT_WORK_TREE", str(repo))
     (repo / "untracked.txt").write_text("run outputs and notes do not count")
-    spec = resolve({}, tiny)
+    spec = resolve({}, TINY)
     (clean,) = train(as_cells([spec], [tmp_path / "clean"]), torch.device("cpu"))
     (repo / "tracked.py").write_text("a = 2\n")
     (dirty,) = train(as_cells([spec], [tmp_path / "dirty"]), torch.device("cpu"))
@@ -113,18 +96,18 @@ def test_result_records_the_commit_and_whether_the_checkout_had_uncommitted_chan
 
 
 def test_default_run_dir_and_finished_spec_is_skipped(tmp_path):
-    first = run_cli("run", *TINY, cwd=tmp_path)
+    first = cli("run", *ARGS, cwd=tmp_path)
     path = Path(tmp_path / first.stdout.strip().splitlines()[-1])
     assert path.exists() and path.parts[-4] == "runs" and path.parent.name.startswith("seed0-")
     before = path.stat().st_mtime_ns
-    again = run_cli("run", *TINY, cwd=tmp_path)
+    again = cli("run", *ARGS, cwd=tmp_path)
     assert again.returncode == 0 and "already finished" in again.stderr
     assert path.stat().st_mtime_ns == before
 
 
 def test_same_spec_twice_gives_identical_metrics(tmp_path):
     for name in ("a", "b"):
-        assert run_cli("run", "--sampler", "frequency", *TINY, "--out", tmp_path / name).returncode == 0
+        assert cli("run", "--sampler", "frequency", *ARGS, "--out", tmp_path / name).returncode == 0
     assert metrics_text(tmp_path / "a") == metrics_text(tmp_path / "b")
 
 
@@ -134,18 +117,7 @@ def test_same_spec_twice_gives_identical_metrics(tmp_path):
 def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, extra):
     spec = resolve(
         {"opt": opt, "sampler": sampler},
-        {
-            "p": 11,
-            "train_frac": 0.5,
-            "test_frac": 0.3,
-            "batch_size": 32,
-            "train.steps": 80,
-            "eval_every": 10,
-            "checkpoint_every": 30,
-            "d": 16,
-            "hidden": 32,
-            **extra,
-        },
+        {**TINY, "train.steps": 80, "checkpoint_every": 30, **extra},
     )
     cpu = torch.device("cpu")
     whole = train(as_cells([spec], [tmp_path / "whole"]), cpu)[0]
@@ -187,11 +159,19 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, opt, sampler, ext
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, message):
-    proc = run_cli("run", *args, "--out", tmp_path / "run", cwd=tmp_path)
+    proc = cli("run", *args, "--out", tmp_path / "run", cwd=tmp_path)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+
+
+def test_bad_input_from_a_process_of_its_own_is_one_line_on_its_stderr(tmp_path):
+    # a process of its own, the way a user meets it: nothing else on stderr (an import's warning, a traceback)
+    proc = run_cli("run", "--task", "modulr", "--out", tmp_path / "run", cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: unknown task 'modulr'"), lines
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
@@ -208,7 +188,7 @@ def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
 
 
 def test_list_shows_every_component_with_parameters():
-    out = run_cli("list").stdout
+    out = cli("list").stdout
     for name in ("modular", "mlp", "adam", "adamw", "sgd", "adamlr", "adamlr_adaptive", "random", "full", "frequency"):
         assert re.search(rf"^  {name}\s+\S", out, re.M), name
     assert "c=10.0" in out and "p=97" in out and "batch_size=512" in out and "steps=20000" in out
@@ -218,7 +198,7 @@ def test_a_small_cell_groks(tmp_path):
     """Memorization first, then generalization: the phenomenon the suite measures (p = 31, ~30 s).
     Target 0.95: at 0.99 this small test set (480 pairs) lets val hover at the target on some CPUs and
     never hold it; from step ~1,500 val stays near 0.99, so 0.95 holds on any CPU's rounding."""
-    proc = run_cli(
+    proc = cli(
         "run",
         "--set",
         "p=31",
@@ -265,7 +245,7 @@ def test_readme_main_command_runs_the_quick_grid_then_prints_its_leaderboard(tmp
     assert {c.spec["opt"]["name"] for c in cells} == {"adam", "adamlr"}
     root = grid_args[grid_args.index("--root") + 1]
     assert board_args[1] == root  # the leaderboard reads what the grid wrote
-    out = run_cli("leaderboard", REPO / "tests/fixtures/leaderboard/runs", "--out", tmp_path / "board")
+    out = cli("leaderboard", REPO / "tests/fixtures/leaderboard/runs", "--out", tmp_path / "board")
     assert out.returncode == 0 and "| # | method | seeds | success |" in out.stdout
     assert any(line.startswith("plot: ") and line.endswith(".png") for line in out.stdout.splitlines())
 
@@ -273,17 +253,17 @@ def test_readme_main_command_runs_the_quick_grid_then_prints_its_leaderboard(tmp
 def test_run_like_reruns_a_run_s_spec_with_only_the_changes_given(tmp_path):
     first = tmp_path / "first"
     args = ["--set", "p=23", "--set", "batch_size=64", "--steps", "20", "--set", "eval_every=10", "--seed", "3"]
-    assert run_cli("run", *args, "--opt", "adamlr", "--set", "c=4", "--out", first).returncode == 0
-    again = run_cli("run", "--like", first, "--root", tmp_path / "runs")  # the very spec, seed included
+    assert cli("run", *args, "--opt", "adamlr", "--set", "c=4", "--out", first).returncode == 0
+    again = cli("run", "--like", first, "--root", tmp_path / "runs")  # the very spec, seed included
     assert again.returncode == 0 and again.stderr.strip() == f"already finished: {first}", again.stderr
     assert again.stdout.strip() == str(first / "result.json") and not (tmp_path / "runs").exists()  # not trained again
-    assert run_cli("run", "--like", first, "--set", "opt.lr=0.02", "--out", tmp_path / "lr").returncode == 0
-    assert run_cli("run", "--like", first, "--opt", "adam", "--out", tmp_path / "adam").returncode == 0
+    assert cli("run", "--like", first, "--set", "opt.lr=0.02", "--out", tmp_path / "lr").returncode == 0
+    assert cli("run", "--like", first, "--opt", "adam", "--out", tmp_path / "adam").returncode == 0
     ran, lr, adam = (json.loads((d / "spec.json").read_text()) for d in (first, tmp_path / "lr", tmp_path / "adam"))
     assert lr == {**ran, "opt": {**ran["opt"], "lr": 0.02}}
     # another optimizer starts from its own defaults, the rest of the run's spec kept
     assert adam["opt"] == json.loads(json.dumps(resolve({"opt": "adam"})["opt"])) and {
         k: v for k, v in adam.items() if k != "opt"
     } == {k: v for k, v in ran.items() if k != "opt"}
-    refused = run_cli("run", "--like", tmp_path / "nowhere")
+    refused = cli("run", "--like", tmp_path / "nowhere")
     assert refused.returncode == 2 and "no spec.json there" in refused.stderr

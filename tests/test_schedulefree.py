@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import PreemptAt, as_cells, metrics_text, stack_of
+from conftest import TINY, PreemptAt, as_cells, metrics_text, stack_of
 
 from suite.engine.measures import LOSSES, evaluate
 from suite.engine.train import Preempted, train, train_step
@@ -16,11 +16,11 @@ from suite.specs.spec import resolve
 pytest.importorskip("schedulefree")
 pytestmark = pytest.mark.usefixtures("one_thread")
 CPU = torch.device("cpu")
-TINY = {"p": 11, "train_frac": 0.5, "test_frac": 0.3, "batch_size": 16, "d": 16, "hidden": 32, "eval_every": 20}
+CELL = {**TINY, "batch_size": 16, "eval_every": 20}
 
 
 def _spec(seed=0, **settings):
-    return resolve({"opt": "schedulefree_adamw"}, {**TINY, "train.steps": 60, "patience": "none", **settings}, seed)
+    return resolve({"opt": "schedulefree_adamw"}, {**CELL, "train.steps": 60, "patience": "none", **settings}, seed)
 
 
 def _val_loss(stack) -> float:

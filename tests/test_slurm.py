@@ -234,6 +234,7 @@ seed = [0, 1]
 """
 
 
+@pytest.mark.slow  # minutes: two array tasks, each interrupted, requeued and resumed, then the grid run locally
 @needs_cluster
 def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tmp_path):
     grid = tmp_path / "grid.toml"

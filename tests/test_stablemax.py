@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import as_cells
+from conftest import TINY, as_cells
 
 from suite import SuiteError
 from suite.engine.measures import LOSSES
@@ -55,16 +55,6 @@ def test_is_a_train_loss_setting():
 
 
 def test_a_short_run_trains_with_it(tmp_path):
-    spec = resolve(
-        settings={
-            "p": 11,
-            "batch_size": 16,
-            "train.steps": 40,
-            "train.eval_every": 20,
-            "loss": "stablemax",
-            "model.d": 8,
-            "model.hidden": 16,
-        }
-    )
+    spec = resolve(settings={**TINY, "eval_every": 20, "loss": "stablemax"})
     result = train(as_cells([spec], [tmp_path / "run"]), torch.device("cpu"))[0]
     assert math.isfinite(result["final_train_loss"]) and result["final_train_loss"] < math.log(11)

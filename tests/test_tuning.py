@@ -19,6 +19,9 @@ from suite.leaderboard.tables import fmt_value
 from suite.leaderboard.tuned import profile_by_method
 from suite.results.tuning_record import record_of
 
+# the workers of a grid or tune run in this process: what they compute is the point, not their processes
+pytestmark = pytest.mark.usefixtures("chunks_in_process")
+
 TUNED = TINY_FIXED + textwrap.dedent("""
     [tuning]
     trials = 2

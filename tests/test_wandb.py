@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, TINY_FIXED, run_cli, wait_for_step
+from conftest import REPO, TINY, TINY_FIXED, as_args, cli, wait_for_step
 
 from suite.cli import main
 from suite.launch.grid import load
@@ -19,21 +19,10 @@ from suite.launch.tracking import ID_FILE, default_mode, job_type, kept_run_id, 
 from suite.specs.cell import Cell
 from suite.specs.spec import canonical, cell_id, spec_id
 
+# a grid's workers run in this process (chunks_here): W&B's files are the point, not the processes
+pytestmark = pytest.mark.usefixtures("chunks_in_process")
 OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
-TINY = [
-    "--set",
-    "p=11",
-    "--set",
-    "batch_size=16",
-    "--set",
-    "d=16",
-    "--set",
-    "hidden=32",
-    "--steps",
-    "20",
-    "--set",
-    "eval_every=10",
-]
+ARGS = as_args({**TINY, "train.steps": 20})
 
 
 def read_records(path: Path) -> list:
@@ -105,7 +94,7 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
     grid = tmp_path / "wb.toml"
     grid.write_text('name = "wbgrid"\n' + TINY_FIXED + '[axes]\nopt = ["adamlr", "adam"]\n')
     env = {"WANDB_DIR": str(tmp_path), "WANDB_PROJECT": "suite-test", **OFFLINE}
-    proc = run_cli("grid", grid, "--root", tmp_path / "runs", env=env)  # --wandb defaults to WANDB_MODE
+    proc = cli("grid", grid, "--root", tmp_path / "runs", env=env)  # --wandb defaults to WANDB_MODE
     assert proc.returncode == 0, proc.stderr
     cell, other = load(grid, tmp_path / "runs").cells
     run, other_run = (offline_run(tmp_path, kept_id(c.run_dir)) for c in (cell, other))
@@ -138,9 +127,9 @@ def test_grid_cell_offline_run_has_group_job_type_config_curves_and_summary(tmp_
 
 def test_run_flag_overrides_the_environment(tmp_path):
     env = {"WANDB_DIR": str(tmp_path), "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    proc = run_cli("run", *TINY, "--out", tmp_path / "off", env=env)
+    proc = cli("run", *ARGS, "--out", tmp_path / "off", env=env)
     assert proc.returncode == 0 and not (tmp_path / "wandb").exists() and not (tmp_path / "off" / ID_FILE).exists()
-    proc = run_cli("run", *TINY, "--wandb", "offline", "--out", tmp_path / "on", env=env)
+    proc = cli("run", *ARGS, "--wandb", "offline", "--out", tmp_path / "on", env=env)
     assert proc.returncode == 0, proc.stderr
     run = offline_run(tmp_path, kept_id(tmp_path / "on"))
     assert run["run"].job_type == "adam+none+random"
@@ -168,7 +157,7 @@ def test_a_run_dir_keeps_its_id_and_a_fresh_one_gets_a_new_one(tmp_path):
 
 
 def test_bad_input_with_tracking_on_leaves_no_run_dir(tmp_path):
-    proc = run_cli(
+    proc = cli(
         "run",
         "--model",
         "resnet18",
@@ -195,12 +184,12 @@ def test_a_wandb_environment_that_would_lose_the_runs_is_one_line_before_anythin
     env, message = ENVIRONMENTS[kind]
     (tmp_path / "file").write_text("in the way")
     (tmp_path / "g.toml").write_text(TINY_FIXED)
-    args = ["run", *TINY, "--out", "run"] if command == "run" else ["grid", "g.toml", "--root", "runs"]
-    proc = run_cli(*args, env=env, cwd=tmp_path)
+    args = ["run", *ARGS, "--out", "run"] if command == "run" else ["grid", "g.toml", "--root", "runs"]
+    proc = cli(*args, env=env, cwd=tmp_path)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "g.toml"]
-    assert run_cli(*args, "--wandb", "off", env=env, cwd=tmp_path).returncode == 0  # the flag says what to do
+    assert cli(*args, "--wandb", "off", env=env, cwd=tmp_path).returncode == 0  # the flag says what to do
 
 
 def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_starts_another(tmp_path):
@@ -227,7 +216,7 @@ def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_start
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE}
     out = tmp_path / "run"
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # a process of its own: Slurm's signal stops it
         [sys.executable, "-m", "suite", *args, "--out", str(out)],
         env=env,
         stdout=subprocess.PIPE,
@@ -238,13 +227,13 @@ def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_start
     proc.send_signal(signal.SIGUSR1)  # Slurm's warning before a requeue
     assert proc.wait(timeout=120) == 3, proc.communicate()[1]
     first = kept_id(out)
-    resumed = run_cli(*args, "--out", out, env=env)
+    resumed = cli(*args, "--out", out, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert kept_id(out) == first
     attempts = offline_runs(tmp_path, first)
     assert [a["exit"] for a in attempts] == [3, 0]
     assert attempts[1]["history"][-1]["_step"] == 600 and attempts[1]["summary"]["steps"] == 600
-    fresh = run_cli(*args, "--out", tmp_path / "again", env=env)  # the same spec in another run dir
+    fresh = cli(*args, "--out", tmp_path / "again", env=env)  # the same spec in another run dir
     assert fresh.returncode == 0, fresh.stderr
     assert kept_id(tmp_path / "again") != first
     assert offline_run(tmp_path, kept_id(tmp_path / "again"))["config"]["spec_id"] == spec_id(
@@ -325,14 +314,8 @@ def test_the_readme_sweep_drives_suite_run(tmp_path):
         "WANDB_RUN_ID": "agentrun",
         "WANDB_SWEEP_PARAM_PATH": str(tmp_path / "sweep-config.yaml"),
     }
-    proc = subprocess.run(
-        command,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_DIR": str(tmp_path), **OFFLINE, **agent},
-    )
+    assert command[:3] == [sys.executable, "-m", "suite"]  # `python -m suite ARGS`: run here, in this process
+    proc = cli(*command[3:], cwd=tmp_path, env={"WANDB_DIR": str(tmp_path), **OFFLINE, **agent})
     assert proc.returncode == 0, proc.stderr
     run_dir = (tmp_path / proc.stdout.strip().splitlines()[-1]).parent
     spec = json.loads((run_dir / "spec.json").read_text())
@@ -346,12 +329,12 @@ def test_the_readme_sweep_drives_suite_run(tmp_path):
 
 def test_a_training_run_sends_its_curves_plot_and_a_probe_run_its_scores_per_layer(tmp_path):
     env = {"WANDB_DIR": str(tmp_path), **OFFLINE, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = run_cli("run", *TINY, "--out", tmp_path / "train", env=env)
+    proc = cli("run", *ARGS, "--out", tmp_path / "train", env=env)
     assert proc.returncode == 0, proc.stderr
     trained = offline_run(tmp_path, kept_id(tmp_path / "train"))
     assert sorted(trained["artifact_files"]) == ["curves.png", "metrics.jsonl", "result.json"]
     probe = ["--task", "number_probe", "--model", "minilm", "--set", "runs=2", "--set", "per_group=8"]
-    proc = run_cli("run", *probe, "--out", tmp_path / "probe", env=env)
+    proc = cli("run", *probe, "--out", tmp_path / "probe", env=env)
     assert proc.returncode == 0, proc.stderr
     run = offline_run(tmp_path, kept_id(tmp_path / "probe"))
     result = json.loads((tmp_path / "probe" / "result.json").read_text())
@@ -380,7 +363,7 @@ def test_track_logs_finished_run_folders_grouped_by_problem_and_typed_by_tuned_m
     (tuned / "result.json").write_text(json.dumps(result_of[tuned]))
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     env = {"WANDB_DIR": str(tmp_path), **OFFLINE}
-    proc = run_cli("track", root, "--wandb", "offline", env=env)
+    proc = cli("track", root, "--wandb", "offline", env=env)
     assert proc.returncode == 0, proc.stderr
     said = proc.stderr.splitlines()  # one line a run, none of W&B's own (7,701 lines for 220 runs before)
     assert len(said) == 3 and said[0].startswith("[1/2] logged ") and said[-1] == "2 runs logged to W&B (offline)"
@@ -390,5 +373,5 @@ def test_track_logs_finished_run_folders_grouped_by_problem_and_typed_by_tuned_m
     assert {run["run"].job_type for run in runs.values()} == {"adam+none+random", "grokfast_control"}
     assert runs[tuned]["summary"]["time_to_target"] == math.inf and len(runs[tuned]["history"]) > 0
     assert job_type(result_of[tuned]["spec"], "tuned-tuning", "tuning/adamw") == "adamw"
-    refused = run_cli("track", root, "--wandb", "off", env=env)
+    refused = cli("track", root, "--wandb", "off", env=env)
     assert refused.returncode == 2 and "give --wandb offline" in refused.stderr
