@@ -10,7 +10,7 @@ import struct
 import textwrap
 
 import pytest
-from conftest import PARITY_FIXED, REPO, chunks_here
+from conftest import ONE_POINT, PARITY_FIXED, REPO, chunks_here
 
 from suite.cli import main
 from suite.leaderboard.headline import END, FIGURE, recorded_command, verdicts, word
@@ -27,13 +27,9 @@ FIGHT = (
     [[experiment]]
     name = "k3"
     fixed = { k = 3 }
-    [tuning]
-    trials = 1
-    tuning_seeds = [100]
-    final_seeds = [0, 1, 2, 3, 4]
-    [tuning.methods.adam]
-    opt = "adam"
-    space = { lr = [0.01] }
+    """)
+    + ONE_POINT
+    + textwrap.dedent("""
     [tuning.methods.adamlr]
     opt = "adamlr"
     baseline = "adam"
