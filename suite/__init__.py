@@ -4,14 +4,16 @@ Map: the folders say what each part does; a wing imports only wings above it in 
 
     errors.py, cache.py   for every wing: the one bad-input error; what is built once and kept
     specs/        what a run is, before anything trains: registry (one decorator per component),
-                  contracts, spec (resolve a spec, its id, its run folder's name), config (the train
-                  settings), presets, data (TaskData, what a task hands the engine), cell
+                  contracts, spec (resolve a spec; Spec, its typed form; its id, its run folder's
+                  name), config (the train settings), presets, data (TaskData, what a task hands the
+                  engine), cell
     results/      what a run leaves on disk, read back: rundir, result (result.json's provenance and
                   summary lines), weights, export, tuning_record (tuning.json)
-    engine/       the training loop: train (the loop, and the step in train_step), member (one run's
-                  folder from claim to result), plan (which members stack), stack (a stack's tensors),
-                  stacked (models on a member axis), updates (optimizers and filters of a stack),
-                  measures, milestones, chance, hessian, precision
+    engine/       the training loop: build (suite.build: what a spec describes, built as a run trains
+                  it), train (the loop, and the step in train_step), member (one run's folder from
+                  claim to result), plan (which members stack), stack (a stack's tensors), stacked
+                  (models on a member axis), updates (optimizers and filters of a stack), measures,
+                  milestones, chance, hessian, precision
     components/   the built-in optimizers, samplers and gradient filters (tasks/ and models/, beside
                   suite/, hold the tasks and models)
     leaderboard/  boards, comparisons and their studies, from result.json files alone
@@ -66,6 +68,7 @@ from suite.specs.registry import (  # noqa: E402
     register_sampler,
     register_task,
 )
+from suite.specs.spec import Spec  # noqa: E402
 
 try:  # one source, pyproject.toml's version, as the installed package's metadata records it
     __version__ = _version("grokking-suite")
@@ -75,8 +78,10 @@ except PackageNotFoundError:  # imported from a checkout that was never installe
 __all__ = [
     "GradFilter",
     "Sampler",
+    "Spec",
     "SuiteError",
     "TaskData",
+    "build",
     "register_filter",
     "register_model",
     "register_optimizer",
@@ -86,9 +91,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # TaskData pulls in torch: import it only when asked for
+def __getattr__(name):  # these pull in torch: import them only when asked for
     if name == "TaskData":
         from suite.specs.data import TaskData
 
         return TaskData
+    if name == "build":
+        from suite.engine.build import build
+
+        return build
     raise AttributeError(name)

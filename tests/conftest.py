@@ -203,28 +203,15 @@ class PreemptAt:
         pass
 
 
-def build_one(spec):
-    """The plain pieces of a single run of spec (the model unstacked), as suite.engine.member builds them."""
-    from types import SimpleNamespace
-
-    import torch
-
-    from suite.engine.member import Member
-    from suite.engine.updates import optimizer_and_filter
-
-    member = Member.build(spec, torch.device("cpu"))
-    optimizer, _ = optimizer_and_filter(spec, member.model)
-    return SimpleNamespace(model=member.model, optimizer=optimizer, data=member.data, sampler=member.sampler)
-
-
 def stack_of(specs):
     """The specs' members as the loop stacks them (one part), without run dirs: a Stack at step 0."""
     import torch
 
+    from suite import build
     from suite.engine.member import Member
     from suite.engine.plan import stacks
 
-    (stack,) = stacks([Member.build(spec, torch.device("cpu")) for spec in specs], torch.device("cpu"))
+    (stack,) = stacks([Member.of(build(spec, updates=False)) for spec in specs], torch.device("cpu"))
     stack.start()
     return stack
 

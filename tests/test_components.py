@@ -7,10 +7,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import build_one
 from suite.tasks.modular import modular
 
-from suite import SuiteError
+from suite import SuiteError, build
 from suite.components.optimizers import orthogonalize
 from suite.specs.contracts import ParamGroups
 from suite.specs.registry import ALL
@@ -21,7 +20,7 @@ CPU = torch.device("cpu")
 
 def built(**settings):
     choices = {k: settings.pop(k) for k in ("opt", "sampler", "model") if k in settings}
-    return build_one(resolve(choices, {"batch_size": 16, **settings}))  # p = 13 trains on 51 pairs
+    return build(resolve(choices, {"batch_size": 16, **settings}))  # p = 13 trains on 51 pairs
 
 
 def test_mlp_shapes_and_named_weights():

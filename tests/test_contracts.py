@@ -12,9 +12,8 @@ import torch
 from conftest import REPO, as_cells, cli, metrics_text, plugin_package, run_cli
 from torch import nn
 
-from suite import SuiteError, register_model
+from suite import SuiteError, build, register_model
 from suite.cli import main
-from suite.engine.member import Member
 from suite.engine.plan import blocker
 from suite.engine.train import train
 from suite.specs.contracts import ContractError
@@ -215,7 +214,7 @@ def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp
 
 
 def test_a_model_registered_unstackable_says_so():
-    members = [Member.build(resolve({"model": "_solo"}, TINY, seed), torch.device("cpu")) for seed in (0, 1)]
+    members = [build(resolve({"model": "_solo"}, TINY, seed)) for seed in (0, 1)]
     assert (
         blocker([m.spec for m in members], [m.model for m in members])
         == "model '_solo' is registered with stackable=False"
@@ -252,10 +251,7 @@ def test_a_sampler_that_is_not_a_sampler_is_one_line():
     with pytest.raises(
         SuiteError, match=r"sampler '_plain_object' built a NotASampler, not a suite\.specs\.contracts\.Sampler"
     ):
-        Member.build(
-            resolve({"sampler": "_plain_object"}, {k: v for k, v in TINY.items() if k != "batch_size"}),
-            torch.device("cpu"),
-        )
+        build(resolve({"sampler": "_plain_object"}, {k: v for k, v in TINY.items() if k != "batch_size"}))
 
 
 # --- one component of each kind from a new module: the example in suite/specs/contracts.py's docstring ---

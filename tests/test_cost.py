@@ -7,9 +7,8 @@ import math
 import pytest
 import torch
 
-from suite import SuiteError
+from suite import SuiteError, build
 from suite.bench import cost
-from suite.engine.member import Member
 from suite.engine.precision import flushing_denormals
 from suite.specs.spec import resolve
 
@@ -44,7 +43,7 @@ def test_a_step_is_timed_on_one_thread_and_torchs_threads_and_rng_are_as_they_we
 
 def test_adam_is_one_group_coupled_by_default_and_decays_lr_x_weight_decay_a_step_when_decoupled():
     coupled = groups("adam")["all"]
-    n = sum(p.numel() for p in Member.build(tiny("adam"), torch.device("cpu")).model.parameters())
+    n = sum(p.numel() for p in build(tiny("adam")).model.parameters())
     assert coupled == {
         "name": "all",
         "params": n,

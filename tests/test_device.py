@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import PreemptAt, as_cells
 
-from suite.engine.member import Member
+from suite import build
 from suite.engine.train import Preempted, resolve_device, train
 from suite.errors import SuiteError
 from suite.specs.spec import resolve
@@ -58,7 +58,7 @@ def test_a_seed_draws_the_same_batches_on_the_device_as_on_the_cpu(sampler):
     # a generator on the device drew other batches than the CPU's (CUDA's numbers are not the CPU's)
     settings = {k: v for k, v in {**SMALL, **MLP}.items() if not (sampler == "full" and k == "batch_size")}
     spec = resolve({"sampler": sampler}, settings, 0)
-    here, there = Member.build(spec, DEVICE), Member.build(spec, CPU)
+    here, there = build(spec, DEVICE), build(spec, CPU)
     for _ in range(12):  # past the epoch sampler's first epoch (116 examples in batches of 16)
         assert torch.equal(here.sampler.next(), there.sampler.next())
 

@@ -196,11 +196,11 @@ def test_a_dry_run_counts_the_cells_and_builds_one_per_shape_for_its_estimate(tm
     # building paper.toml's 91 groups (data, models, samplers, optimizers) made its dry run take minutes;
     # its cost estimate times a few steps once per model/optimizer shape, here adam's and sgd's
     grid = write(tmp_path, TINY_FIXED + '[axes]\nopt = ["adam", "sgd"]\nseed = [0, 1]\n')
-    from suite.engine.member import Member
+    from suite.bench import cost
     from suite.launch import grid as grids
 
-    build, built, check, checked = Member.build, [], grids.check_builds, []
-    monkeypatch.setattr(Member, "build", staticmethod(lambda spec, *a, **k: built.append(spec) or build(spec, *a, **k)))
+    build, built, check, checked = cost.build, [], grids.check_builds, []
+    monkeypatch.setattr(cost, "build", lambda spec, *a, **k: built.append(spec) or build(spec, *a, **k))
     monkeypatch.setattr(grids, "check_builds", lambda cells: checked.append(len(cells)) or check(cells))
     assert main(["grid", str(grid), "--dry-run", "--root", str(tmp_path / "runs")]) == 0
     out, err = capsys.readouterr()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import as_cells, build_one, metrics_text
+from conftest import as_cells, metrics_text
 from torch import nn
 
+from suite import build
 from suite.engine.hessian import hessian_measures
 from suite.engine.measures import LOSSES
 from suite.engine.train import train
@@ -53,7 +54,7 @@ def test_recovers_the_top_eigenvalue_of_a_known_quadratic():
 
 def test_matches_the_full_hessian_of_a_tiny_network():
     spec = resolve(settings={"p": 5, "batch_size": 8, "model.d": 2, "model.hidden": 3})
-    b = build_one(spec)
+    b = build(spec)
     model, data = b.model, b.data
     W = model.coupled_weight
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import REPO, build_one, cli
+from conftest import REPO, cli
 
-from suite import SuiteError
+from suite import SuiteError, build
 from suite.specs.presets import apply
 from suite.specs.registry import ALL
 from suite.specs.spec import resolve
@@ -64,7 +64,7 @@ def test_unknown_preset_is_a_one_line_error():
 
 
 def test_their_data_split_and_epochs():
-    b = build_one(_spec())
+    b = build(_spec())
     data = b.data
     assert (len(data.y_train), len(data.y_val)) == (4656, 4656)  # y in 1..96: 9,312 pairs, half each
     xs = torch.cat([data.x_train, data.x_val])
@@ -78,7 +78,7 @@ def test_their_data_split_and_epochs():
 
 
 def test_their_model_scores_the_whole_vocabulary():
-    b = build_one(_spec())
+    b = build(_spec())
     model = b.model
     assert model(b.data.x_train[:5]).shape == (5, 99)
     assert model.head.bias is None

@@ -14,7 +14,7 @@ from suite.models.mlp import MLP
 from suite.models.resnet import ResNet18
 from suite.tasks.polygons import CANVAS, SIDES, all_cells, cell_polygon, insight_image, load_images, polygons, render
 
-from suite import SuiteError
+from suite import SuiteError, build
 from suite.engine.member import Member
 from suite.engine.plan import stacks
 from suite.engine.train import train
@@ -193,12 +193,12 @@ def test_what_does_not_apply_to_images_is_refused(cache, choices, message):
             {"task": "polygons", "model": "resnet18", **choices},
             {"resolution": RES} if choices.get("task") != "modular" else {},
         )
-        stacks([Member.build(spec, torch.device("cpu"))], torch.device("cpu"))  # its optimizer: the stack's
+        stacks([Member.of(build(spec, updates=False))], torch.device("cpu"))  # its optimizer: the stack's
 
 
 def test_transformer_refuses_images(cache):
     with pytest.raises(SuiteError, match=r"'transformer' takes tokens.*'polygons' gives image"):
-        Member.build(resolve({"task": "polygons", "model": "transformer"}, {"resolution": RES}), torch.device("cpu"))
+        build(resolve({"task": "polygons", "model": "transformer"}, {"resolution": RES}))
 
 
 def _images(size):
@@ -245,12 +245,11 @@ def test_insight_pipeline_dataset_and_their_52_way_head(cache, monkeypatch):
 
 
 def test_their_epochs_of_200_end_in_a_short_batch(data):
-    sampler = Member.build(
+    sampler = build(
         resolve(
             {"task": "polygons", "model": "mlp", "sampler": "epoch"},
             {"resolution": RES, "batch_size": 200, "hidden": 8},
-        ),
-        torch.device("cpu"),
+        )
     ).sampler
     sizes = [len(sampler.next()) for _ in range(19)]
     assert sizes == [200] * 18 + [60]  # 3,660 images: 19 steps an epoch

@@ -175,8 +175,7 @@ def test_bad_input_from_a_process_of_its_own_is_one_line_on_its_stderr(tmp_path)
 
 
 def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
-    from suite import SuiteError, register_model
-    from suite.engine.member import Member
+    from suite import SuiteError, build, register_model
 
     @register_model("_image_only", inputs=("image",))
     class ImageOnly(torch.nn.Module):
@@ -184,7 +183,7 @@ def test_model_that_cannot_take_the_inputs_is_refused(tmp_path):
             super().__init__()
 
     with pytest.raises(SuiteError, match="model '_image_only' takes image inputs, but task 'modular' gives tokens"):
-        Member.build(resolve({"model": "_image_only"}), torch.device("cpu"))
+        build(resolve({"model": "_image_only"}))
 
 
 def test_list_shows_every_component_with_parameters():

@@ -3,7 +3,7 @@ each parameter group's weight decay per step.
 
 A board compares methods in steps; a method that needs fewer steps may pay more for each (Muon's
 Newton-Schulz iterations, a gradient filter's extra pass over the gradients), so each row needs its
-step's time taken the same way: the run built as the loop builds it (suite.engine.member.Member,
+step's time taken the same way: the run built as the loop builds it (suite.build,
 suite.engine.plan.stacks), then the loop's own step (suite.engine.train.train_step: the batch,
 forward, loss, backward, filter, clip, optimizer; no evaluation) on one torch thread, `warmup`
 steps, then REPEATS stretches of `steps` steps, the median stretch's ms per step. One thread makes
@@ -37,10 +37,10 @@ import torch
 from suite.bench.measure import sync
 from suite.components.optimizers import MuonAdamW
 from suite.engine import precision
+from suite.engine.build import build
 from suite.engine.member import Member
 from suite.engine.plan import stacks
 from suite.engine.train import resolve_device, train_step
-from suite.engine.updates import optimizer_and_filter
 from suite.errors import SuiteError
 from suite.results.rundir import cannot_write, read_json, rng_states, set_rng_states, writable_dir, write_json
 from suite.specs.contracts import ParamGroups
@@ -55,9 +55,8 @@ def measure(spec: dict, steps: int = 200, warmup: int = 20, device: str = "cpu")
     where = resolve_device(device)
     precision.check(spec["train"]["precision"], where)
     with _as_the_loop_steps(where):
-        member = Member.build(spec, where)
-        optimizer, _ = optimizer_and_filter(spec, member.model)  # as a separate run builds it: its groups
-        groups = parameter_groups(optimizer, ParamGroups.of(member.model))
+        member = Member.of(build(spec, where))  # its optimizer as a separate run builds it: its groups
+        groups = parameter_groups(member.optimizer, ParamGroups.of(member.model))
         (stack,) = stacks([member], where)
         ms = _ms_per_step(stack, steps, warmup, where)
     return {"ms_per_step": ms, "steps": steps, "threads": 1, "device": str(where), "groups": groups}

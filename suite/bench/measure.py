@@ -209,15 +209,13 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
     Built through the registry as the loop builds it. With compile_model, the first step's time
     (compiling forward and backward) is reported as compile_s and left out of the median.
     """
-    from suite.engine.member import Member
-    from suite.engine.updates import optimizer_and_filter
+    from suite.engine.build import build
 
     torch.set_flush_denormal(True)  # as the loop does
-    member = Member.build(spec, device)
-    model = member.model
-    optimizer, _ = optimizer_and_filter(spec, model)
-    batch = member.sampler.next().to(device)
-    x, y = member.data.x_train[batch], member.data.y_train[batch]
+    run = build(spec, device)
+    model, optimizer = run.model, run.optimizer
+    batch = run.sampler.next().to(device)
+    x, y = run.data.x_train[batch], run.data.y_train[batch]
     loss_fn = LOSSES[spec["train"]["loss"]]
     forward = torch.compile(model) if compile_model else model
 

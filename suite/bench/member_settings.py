@@ -30,6 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from suite.bench.measure import sync
+from suite.engine.build import build
 from suite.engine.member import Member
 from suite.engine.plan import stacks
 from suite.engine.train import train_step
@@ -45,7 +46,7 @@ def specs(k: int) -> list[dict]:
 def measure(k: int, steps: int, device: torch.device) -> list[dict]:
     """The three paths over one stack, their steps interleaved (a busy machine slows them alike)."""
     torch.set_flush_denormal(True)  # as the loop does
-    members = [Member.build(spec, device) for spec in specs(k)]
+    members = [Member.of(build(spec, device, updates=False)) for spec in specs(k)]
     (stack,) = stacks(members, device)
     own = [m.spec for m in members]
     paths = {

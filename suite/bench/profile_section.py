@@ -26,13 +26,14 @@ TOP = 12
 
 
 def profile_section(device: torch.device, options: Options) -> dict:
+    from suite.engine.build import build
     from suite.engine.member import Member
     from suite.engine.plan import stacks
     from suite.engine.train import train_step
 
     k = max([size for size in options.ensembles if size <= LARGEST_K] or [1])
     torch.set_flush_denormal(True)  # as the loop does
-    members = [Member.build(cell_spec({}, options, seed), device) for seed in range(k)]
+    members = [Member.of(build(cell_spec({}, options, seed), device, updates=False)) for seed in range(k)]
     (stack,) = stacks(members, device)  # the default cell's seeds make one stack
     warmup, steps = options.warmup_steps, 3 if options.quick else 30
 

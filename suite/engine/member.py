@@ -1,7 +1,7 @@
 """One run of a stack: its data, model, batches, and its run folder from claim to result.
 
-A Member is built from its spec (data, model, sampler and generator: everything its seed fixes),
-then claims its run dir (lock it, read where its checkpoint stands), records every evaluation
+A Member is a built run (suite.build: data, model, sampler and generator, everything its seed fixes)
+that claims its run folder (lock it, read where its checkpoint stands), records every evaluation
 (metrics.jsonl, tracker, milestones), saves its checkpoints, and finishes (result.json, written
 last). The stack it trains in (suite/engine/stack.py) only computes; what reaches the disk goes
 through here, in the format of a separate run whatever the stack.
@@ -13,38 +13,30 @@ import json
 import os
 import platform
 import sys
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TextIO
 
 import torch
-from torch import nn
 
 import suite
+from suite.engine.build import Built
 from suite.engine.chance import ChanceWatch
 from suite.engine.milestones import Milestones
 from suite.errors import SuiteError
 from suite.results import weights
 from suite.results.result import TRAIN
-from suite.results.rundir import CODE, RunDir, UnreadableFile, read_json, rng_states, write_json
+from suite.results.rundir import CODE, RunDir, UnreadableFile, read_json, write_json
 from suite.specs.cell import Cell
 from suite.specs.code import code_of
 from suite.specs.config import TrainConfig
-from suite.specs.contracts import Sampler, Tracker, check_built
-from suite.specs.data import TaskData
-from suite.specs.registry import ALL
-from suite.specs.spec import component_settings, spec_id, task_data
+from suite.specs.contracts import Tracker
 
 
 @dataclass
-class Member:
-    spec: dict
-    data: TaskData
-    model: nn.Module  # its own, unstacked; a Stacked model copies its parameters
-    sampler: Sampler
-    generator: torch.Generator
-    rng: dict  # torch's global RNG states right after the build: the loop starts from them
-    cfg: TrainConfig  # its spec's train block
+class Member(Built):
+    """A built run (suite/engine/build.py: its spec, data, model, batches) as it trains in a stack:
+    its run folder, what it has recorded, where it stopped."""
+
     cell: Cell | None = None  # what it was asked to run: its run folder, tracker, grid and experiment
     run_dir: RunDir | None = None  # the cell's run folder, locked once claimed
     state: dict | None = None  # the checkpoint it resumes from (None: step 0)
@@ -58,37 +50,17 @@ class Member:
     notes: list[str] = field(default_factory=list)  # milestones reached since the last progress line
 
     @classmethod
-    def build(cls, spec: dict, device: torch.device, data: TaskData | None = None) -> Member:
-        """Its data (built from the spec unless given), model and batches; bad input raises
-        SuiteError here, before anything is written (settings whose tensors do not fit in memory
-        included). Its optimizer and filter are its stack's (suite/engine/updates.py)."""
-        cfg = TrainConfig(**spec["train"])
-        with _fits(spec):
-            data, model_entry = task_data(spec, data)
-            if not (len(data.y_train) and len(data.y_val)):
-                raise SuiteError(
-                    f"task '{spec['task']['name']}' with these settings has {len(data.y_train)} training "
-                    f"and {len(data.y_val)} validation examples: it needs some of each"
-                )
-            host, data = data, data.to(device)
-            torch.manual_seed(spec["seed"])  # the model's initialisation
-            model = model_entry.build(data, **component_settings(spec, "model")).to(device)
-        # The sampler draws on the CPU, from the CPU copy of the data, so that a seed trains on the
-        # same batches on every device (a CUDA generator draws other numbers); the stack moves the indices.
-        generator = torch.Generator().manual_seed(spec["seed"])
-        sampler = (
-            ALL["sampler"].get(spec["sampler"]["name"]).build(host, generator, **component_settings(spec, "sampler"))
-        )
-        check_built("sampler", spec["sampler"]["name"], sampler, Sampler)
-        if sampler.reads_embedding_grad and getattr(model, "embedding_weight", None) is None:
-            raise SuiteError(
-                f"sampler '{spec['sampler']['name']}' reads the token-embedding gradients, "
-                f"but model '{spec['model']['name']}' here has no token embedding"
-            )
-        member = cls(spec, data, model, sampler, generator, rng_states(device), cfg)
-        member.milestones = Milestones(cfg.memorization, cfg.target, cfg.hold)
-        member.chance = ChanceWatch(data.n_classes)
+    def of(cls, built: Built) -> Member:
+        """The built run as a member, before it claims a run folder (its optimizer and filter are
+        its stack's: suite/engine/updates.py)."""
+        member = cls(**{f.name: getattr(built, f.name) for f in fields(Built)})
+        member.milestones = Milestones(member.cfg.memorization, member.cfg.target, member.cfg.hold)
+        member.chance = ChanceWatch(member.data.n_classes)
         return member
+
+    @property
+    def cfg(self) -> TrainConfig:
+        return self.spec.train
 
     @property
     def start(self) -> int:
@@ -116,11 +88,11 @@ class Member:
             return
         self.run_dir.clean_temporary()  # left by a process killed while writing
         self.state = self.run_dir.load_checkpoint(self.data.x_train.device)
-        if self.state and self.state.get("run_id", spec_id(self.spec)) != spec_id(self.spec):
+        if self.state and self.state.get("run_id", self.spec.id) != self.spec.id:
             raise UnreadableFile(
                 f"the checkpoint in {self.run_dir.path} is run {self.state['run_id']}'s (seed "
-                f"{self.state.get('seed')}), not this run's ({spec_id(self.spec)}, seed "
-                f"{self.spec['seed']}); delete it to run this one from step 0"
+                f"{self.state.get('seed')}), not this run's ({self.spec.id}, seed "
+                f"{self.spec.seed}); delete it to run this one from step 0"
             )
         self.history = [r for r in self.run_dir.read_metrics() if r["step"] < self.start]
         if self.state:
@@ -134,7 +106,7 @@ class Member:
 
     def _check_history(self) -> None:
         """The evaluations before the checkpoint are all there: one every eval_every steps from 0."""
-        expected = list(range(0, self.start, self.spec["train"]["eval_every"]))
+        expected = list(range(0, self.start, self.cfg.eval_every))
         steps = [r["step"] for r in self.history]
         if steps != expected:
             missing = sorted(set(expected) - set(steps))
@@ -154,8 +126,9 @@ class Member:
         """Start writing: spec.json, and metrics.jsonl up to where it resumes (replayed into the milestones)."""
         if self.start:
             print(f"resuming {self.run_dir.path} from step {self.start}", file=sys.stderr)
-        write_json(self.run_dir / "spec.json", self.spec)
-        write_json(self.run_dir / CODE, code_of(self.spec))  # what a later command checks before reusing it
+        spec = self.spec.to_json()
+        write_json(self.run_dir / "spec.json", spec)
+        write_json(self.run_dir / CODE, code_of(spec))  # what a later command checks before reusing it
         for record in self.history:
             self.milestones.update(record)
             self.chance.update(record, self.milestones.memorization_step is not None)
@@ -193,9 +166,9 @@ class Member:
         drops the last candidate if none did): train.keep_weights."""
         m = self.milestones
         if m.memorization_step == step:
-            weights.save(self.run_dir.path, "memorization", state_dict(), step, spec_id(self.spec))
+            weights.save(self.run_dir.path, "memorization", state_dict(), step, self.spec.id)
         if m.held_since == step and m.grok_step in (None, step):
-            weights.save(self.run_dir.path, "grok", state_dict(), step, spec_id(self.spec))
+            weights.save(self.run_dir.path, "grok", state_dict(), step, self.spec.id)
 
     def save_checkpoint(self, state: dict) -> None:
         """Its evaluations reach the disk first (fsync): no crash can leave a checkpoint whose
@@ -205,7 +178,7 @@ class Member:
         self.run_dir.save_checkpoint(
             state
             | {"sampler": self.sampler.state_dict(), "generator": self.generator.get_state()}
-            | {"run_id": spec_id(self.spec), "seed": self.spec["seed"]}
+            | {"run_id": self.spec.id, "seed": self.spec.seed}
         )
 
     def finish(self, step: int, stop_reason: str, wall: float, how: dict, final_weights: dict | None = None) -> None:
@@ -214,9 +187,10 @@ class Member:
         self.metrics_file.close()
         record = self.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
         m = self.milestones
+        spec = self.spec.to_json()
         self.result = {
-            "spec": self.spec,
-            "run_id": spec_id(self.spec),
+            "spec": spec,
+            "run_id": self.spec.id,
             "runner": TRAIN,
             "memorization_step": m.memorization_step,
             "grok_step": m.grok_step,  # held for train.hold steps (suite.engine.milestones)
@@ -235,7 +209,7 @@ class Member:
             "steps_per_s": step / wall if wall > 0 else None,
             **how,
             "task_info": self.data.info,
-            "code": code_of(self.spec),  # the code each component was made by (suite/specs/code.py)
+            "code": code_of(spec),  # the code each component was made by (suite/specs/code.py)
             "grid": self.cell.grid,
             "experiment": self.cell.experiment,
             "suite_version": suite.__version__,
@@ -243,7 +217,7 @@ class Member:
             "python": platform.python_version(),
         }
         if final_weights is not None:  # before result.json: a finished run has its weights
-            weights.save(self.run_dir.path, "final", final_weights, step, spec_id(self.spec))
+            weights.save(self.run_dir.path, "final", final_weights, step, self.spec.id)
         if m.grok_step is None:  # a streak that never held leaves no grok weights
             weights.drop(self.run_dir.path, "grok")
         write_json(self.run_dir / "result.json", self.result)
@@ -272,23 +246,3 @@ def claim(members: list[Member], cells: list[Cell]) -> None:
         for m in members:
             m.release()
         raise
-
-
-@contextmanager
-def _fits(spec: dict):
-    """Settings whose tensors cannot be allocated (a width of 1e11, p in the millions) are bad input."""
-    try:
-        yield
-    except (MemoryError, torch.OutOfMemoryError) as err:
-        raise SuiteError(
-            f"task '{spec['task']['name']}' and model '{spec['model']['name']}' with these settings "
-            f"do not fit in memory ({type(err).__name__})"
-        ) from None
-    except RuntimeError as err:
-        if "alloc" not in str(err):
-            raise
-        line = (str(err).splitlines() or [""])[0].split("DefaultCPUAllocator: ")[-1]
-        raise SuiteError(
-            f"task '{spec['task']['name']}' and model '{spec['model']['name']}' with these settings "
-            f"do not fit in memory ({line})"
-        ) from None

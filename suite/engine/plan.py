@@ -23,20 +23,21 @@ from suite.engine.member import Member
 from suite.engine.stack import Stack
 from suite.engine.stacked import Alone, Stacked, shapes
 from suite.specs.registry import ALL
-from suite.specs.spec import shared
+from suite.specs.spec import Spec, shared
 
 SHAPES_DIFFER = "the members' data or models differ in shape"
 STEPS_DIFFER = "they were resumed from different steps"
 
 
-def blocker(specs: list[dict], models: list[nn.Module]) -> str | None:
+def blocker(specs: list[Spec | dict], models: list[nn.Module]) -> str | None:
     """Why these members cannot train as one exact stack whatever their shapes, or None."""
+    specs = [Spec.of(s) for s in specs]
     first = specs[0]
-    if any(shared(s) != shared(first) for s in specs[1:]):
+    if any(shared(s.to_json()) != shared(first.to_json()) for s in specs[1:]):
         return "the specs differ in more than the seed and the task's, optimizer's and filter's settings"
-    if not ALL["model"].get(first["model"]["name"]).info.get("stackable", True):
-        return f"model '{first['model']['name']}' is registered with stackable=False"
-    if len(specs) > 1 and first["train"].get("hessian_every"):
+    if not ALL["model"].get(first.model.name).info.get("stackable", True):
+        return f"model '{first.model.name}' is registered with stackable=False"
+    if len(specs) > 1 and first.train.hessian_every:
         return "Hessian measures are per model"  # one run measures its stack of one (Stacked.alone)
     for module in models[0].modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -82,7 +83,7 @@ def _stacked(group: list[Member]) -> tuple[Stacked | None, str | None]:
     vmap batching rule fails: such a model runs its seeds one after the other on every device
     (on CPU a stack would run each member's own forward anyway), so a cell's plan is the same
     wherever it runs."""
-    name = group[0].spec["model"]["name"]
+    name = group[0].spec.model.name
     try:  # a builder that defines its class anew at each call makes models torch cannot stack
         model = Stacked([m.model for m in group])
     except Exception as err:  # noqa: BLE001 (each model then runs alone)

@@ -27,6 +27,7 @@ import time
 import torch
 
 from suite.engine import precision
+from suite.engine.build import build
 from suite.engine.member import Member, claim
 from suite.engine.plan import stacks
 from suite.engine.race import Race
@@ -37,6 +38,7 @@ from suite.errors import SuiteError
 from suite.results.result import provenance
 from suite.results.rundir import rng_states
 from suite.specs.cell import Cell
+from suite.specs.spec import Spec
 
 
 class Preempted(Exception):
@@ -87,7 +89,7 @@ def _train(cells: list[Cell], device: torch.device, compile: bool) -> list[dict]
     with _StopFlag() as stop:
         try:
             with stop.at_once():  # building the data can take minutes (polygons renders 14,641 images)
-                members = [Member.build(cell.spec, device) for cell in cells]  # bad input raises from here on...
+                members = [Member.of(build(cell.spec, device, updates=False)) for cell in cells]  # bad input raises...
         except _StopNow:
             raise Preempted(stop.raised, 0, []) from None  # nothing written yet
         claim(members, cells)  # finished meanwhile: its result is read
@@ -167,13 +169,13 @@ def _preempted(stack: Stack, step: int, signal_name: str, progress: Progress) ->
     raise Preempted(signal_name, step, checkpointed)
 
 
-def stack_label(spec: dict, K: int) -> str:
+def stack_label(spec: Spec, K: int) -> str:
     """How progress lines name a stack: its method (optimizer, and filter and sampler where not the
     plain ones) on its task and model, and how many members; a grid's log names its cells besides."""
-    method = [spec["opt"]["name"]]
-    method += [spec["filter"]["name"]] if spec["filter"]["name"] != "none" else []
-    method += [spec["sampler"]["name"]] if spec["sampler"]["name"] != "random" else []
-    return f"{'+'.join(method)} {spec['task']['name']}/{spec['model']['name']}" + (f" x{K}" if K > 1 else "")
+    method = [spec.opt.name]
+    method += [spec.filter.name] if spec.filter.name != "none" else []
+    method += [spec.sampler.name] if spec.sampler.name != "random" else []
+    return f"{'+'.join(method)} {spec.task.name}/{spec.model.name}" + (f" x{K}" if K > 1 else "")
 
 
 def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag, race: Race | None = None) -> None:
@@ -330,7 +332,7 @@ class WallShare:
 
 def _notes(live, K: int) -> str:
     """The milestones members just reached, for the progress line (then forgotten)."""
-    notes = [(f"seed {m.spec['seed']} " if K > 1 else "") + note for m in live for note in m.notes]
+    notes = [(f"seed {m.spec.seed} " if K > 1 else "") + note for m in live for note in m.notes]
     for m in live:
         m.notes.clear()
     return " ".join(notes)

@@ -35,21 +35,21 @@ from types import SimpleNamespace
 import torch
 
 from suite.engine import stacked_adam
+from suite.engine.build import build_filter, build_optimizer
 from suite.engine.stacked import Alone, Stacked
-from suite.specs.contracts import GradFilter, ParamGroups, check_built
 from suite.specs.registry import ALL
-from suite.specs.spec import component_settings
+from suite.specs.spec import Spec
 
 
-def elementwise(spec: dict) -> bool:
+def elementwise(spec: Spec) -> bool:
     """Do the spec's optimizer and filter treat every element on its own (registered so)?"""
-    return all(ALL[kind].get(spec[kind]["name"]).info.get("elementwise", False) for kind in ("opt", "filter"))
+    return all(ALL[kind].get(getattr(spec, kind).name).info.get("elementwise", False) for kind in ("opt", "filter"))
 
 
-def for_stack(specs: list[dict], model: Stacked | Alone, elementwise: bool):
+def for_stack(specs: list[Spec], model: Stacked | Alone, elementwise: bool):
     """The update a stack of these members needs (see the module)."""
-    same_filter = all(s["filter"] == specs[0]["filter"] for s in specs)
-    same = same_filter and all(s["opt"] == specs[0]["opt"] for s in specs)
+    same_filter = all(s.filter == specs[0].filter for s in specs)
+    same = same_filter and all(s.opt == specs[0].opt for s in specs)
     if isinstance(model, Alone) or (same and elementwise):
         return StackedUpdate(specs[0], model)
     if elementwise and same_filter and (update := SettingsUpdate.build(specs, model)) is not None:
@@ -79,9 +79,9 @@ def evaluated(update: StackedUpdate | SettingsUpdate | MemberUpdates):
 
 
 class StackedUpdate:
-    def __init__(self, spec: dict, model: Stacked | Alone):
+    def __init__(self, spec: Spec, model: Stacked | Alone):
         self.spec, self.model = spec, model
-        self.optimizer, self.grad_filter = optimizer_and_filter(spec, model)
+        self.optimizer, self.grad_filter = build_optimizer(spec, model), build_filter(spec, model)
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -110,7 +110,7 @@ class StackedUpdate:
         self.optimizer.load_state_dict(self.model.join([s["optimizer"] for s in states]))
         self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
 
-    def keep(self, specs: list[dict], states: list[dict]) -> StackedUpdate:
+    def keep(self, specs: list[Spec], states: list[dict]) -> StackedUpdate:
         """The update of the smaller stack (after model.keep), from the kept members' states."""
         update = StackedUpdate(specs[0], self.model)
         update.load(states)
@@ -121,12 +121,12 @@ class SettingsUpdate:
     """One Adam over the stack, each member with its own settings (StackedAdam), one filter over the
     stack (the members' filters are the same and elementwise): see the module."""
 
-    def __init__(self, specs: list[dict], model: Stacked, optimizer: stacked_adam.StackedAdam):
+    def __init__(self, specs: list[Spec], model: Stacked, optimizer: stacked_adam.StackedAdam):
         self.specs, self.model, self.optimizer = specs, model, optimizer
         self.grad_filter = build_filter(specs[0], model)
 
     @classmethod
-    def build(cls, specs: list[dict], model: Stacked) -> SettingsUpdate | None:
+    def build(cls, specs: list[Spec], model: Stacked) -> SettingsUpdate | None:
         """The update, or None where StackedAdam does not take these members' optimizers: each
         member's built by its builder over its slice (as MemberUpdates builds it) says."""
         views = [_member_view(model, i) for i in range(model.size)]
@@ -160,17 +160,19 @@ class SettingsUpdate:
         self.optimizer.load([s["optimizer"] for s in states])
         self.grad_filter.load_state_dict(self.model.join([s["filter"] for s in states]))
 
-    def keep(self, specs: list[dict], states: list[dict]) -> SettingsUpdate:
+    def keep(self, specs: list[Spec], states: list[dict]) -> SettingsUpdate:
         update = SettingsUpdate.build(specs, self.model)  # fewer members of the same optimizer: it fits
         update.load(states)
         return update
 
 
 class MemberUpdates:
-    def __init__(self, specs: list[dict], model: Stacked):
+    def __init__(self, specs: list[Spec], model: Stacked):
         self.specs, self.model = specs, model
         self.views = [_member_view(model, i) for i in range(model.size)]
-        self.members = [optimizer_and_filter(spec, view) for spec, view in zip(specs, self.views)]
+        self.members = [
+            (build_optimizer(spec, view), build_filter(spec, view)) for spec, view in zip(specs, self.views)
+        ]
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -207,7 +209,7 @@ class MemberUpdates:
             optimizer.load_state_dict(state["optimizer"])
             grad_filter.load_state_dict(state["filter"])
 
-    def keep(self, specs: list[dict], states: list[dict]) -> MemberUpdates:
+    def keep(self, specs: list[Spec], states: list[dict]) -> MemberUpdates:
         update = MemberUpdates(specs, self.model)
         update.load(states)
         return update
@@ -225,24 +227,3 @@ def _member_view(model: Stacked, i: int) -> SimpleNamespace:
         coupled_weight=role.get(model._coupled),
         hidden_weights=[named[name] for name in model._hidden] if model._hidden is not None else None,
     )
-
-
-def optimizer_and_filter(spec: dict, model) -> tuple[torch.optim.Optimizer, GradFilter]:
-    """The spec's optimizer and gradient filter over a model's parameters (a member's own, the
-    stack's, or a member's view of it); the learning rate a warmup scales from kept as base_lr."""
-    return build_optimizer(spec, model), build_filter(spec, model)
-
-
-def build_optimizer(spec: dict, model) -> torch.optim.Optimizer:
-    optimizer = ALL["opt"].get(spec["opt"]["name"]).build(ParamGroups.of(model), **component_settings(spec, "opt"))
-    check_built("optimizer", spec["opt"]["name"], optimizer, torch.optim.Optimizer)
-    for group in optimizer.param_groups:
-        group["base_lr"] = group["lr"]
-    return optimizer
-
-
-def build_filter(spec: dict, model) -> GradFilter:
-    params = ParamGroups.of(model).all
-    grad_filter = ALL["filter"].get(spec["filter"]["name"]).build(params, **component_settings(spec, "filter"))
-    check_built("filter", spec["filter"]["name"], grad_filter, GradFilter)
-    return grad_filter

@@ -192,8 +192,7 @@ def check_builds(cells: list[Cell]) -> None:
     a cell's training set) stops here with one line, before anything runs or is submitted."""
     import torch
 
-    from suite.engine.member import Member
-    from suite.engine.updates import optimizer_and_filter
+    from suite.engine.build import build
     from suite.specs.spec import runner_of_task, task_data
 
     seen, datas = set(), {}
@@ -207,8 +206,7 @@ def check_builds(cells: list[Cell]) -> None:
         try:
             if data_key not in datas:
                 datas[data_key] = task_data(spec)[0]
-            member = Member.build(spec, torch.device("cpu"), datas[data_key])
-            optimizer_and_filter(spec, member.model)
+            build(spec, torch.device("cpu"), datas[data_key])
         except SuiteError as err:
             raise SuiteError(f"cell [{cell.label or 'fixed'}] cannot be built: {err}") from None
 

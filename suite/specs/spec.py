@@ -1,18 +1,22 @@
 """Run specs: which components, every setting resolved, and a stable id.
 
-A spec is plain JSON:
+A spec is stored as plain JSON (spec.json, result.json's "spec", a cell in a manifest):
 
     {"task": {"name": "modular", "p": 97, ...}, "model": {...}, "opt": {...},
      "sampler": {...}, "filter": {...}, "train": {...}, "seed": 0}
 
-Every default is filled in, so the spec alone says what ran. A run is a pure function
-of its spec; the id is a hash of it, so the same spec always lands in the same place.
+and read typed as a `Spec` (`Spec.of(json)`: its parts, its train settings as a TrainConfig, its id).
+Every default is filled in, so the spec alone says what ran. A run is a pure function of its spec;
+the id is a hash of it, so the same spec always lands in the same place.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,55 @@ from suite.specs.config import TrainConfig
 from suite.specs.registry import ALL, INT_LIMIT, RUNNERS, _closest, params_of
 
 DEFAULTS = {"task": "modular", "model": "mlp", "opt": "adam", "sampler": "random", "filter": "none"}
+
+
+@dataclass(frozen=True)
+class Part:
+    """One component of a spec: its registry name and its settings, every default filled in."""
+
+    name: str
+    settings: dict[str, Any]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, **self.settings}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A resolved spec, typed. opt, sampler, filter and train are None for a task that brings its
+    own runner (it trains nothing: suite.specs.registry.register_runner)."""
+
+    task: Part
+    model: Part
+    seed: int
+    opt: Part | None = None
+    sampler: Part | None = None
+    filter: Part | None = None
+    train: TrainConfig | None = None
+
+    @classmethod
+    def of(cls, spec: Spec | dict) -> Spec:
+        """The typed spec of its JSON form (a Spec is returned as it is). TrainConfig checks the
+        train settings; those an older spec lacks read as LATER_DEFAULTS says its runs trained."""
+        if isinstance(spec, Spec):
+            return spec
+        parts = {kind: Part(spec[kind]["name"], component_settings(spec, kind)) for kind in DEFAULTS if kind in spec}
+        later = {key: value for (kind, key), value in later_defaults(spec).items() if kind == "train"}
+        train = TrainConfig(**(later | spec["train"])) if "train" in spec else None
+        return cls(seed=spec["seed"], train=train, **parts)
+
+    def to_json(self) -> dict:
+        """Its JSON form, key for key in resolve()'s order."""
+        parts = {kind: getattr(self, kind) for kind in DEFAULTS}
+        out: dict[str, Any] = {kind: part.to_json() for kind, part in parts.items() if part is not None}
+        if self.train is not None:
+            out["train"] = dataclasses.asdict(self.train)
+        return out | {"seed": self.seed}
+
+    @functools.cached_property
+    def id(self) -> str:
+        """spec_id of its JSON form."""
+        return spec_id(self.to_json())
 
 
 def train_params():

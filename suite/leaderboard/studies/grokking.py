@@ -17,9 +17,9 @@ from suite.leaderboard.studies import Page, Table, section
 from suite.leaderboard.tables import fmt_value
 
 SPLIT_ORDER = ("uniform", "random", "skewed")  # the modular task's splits, as the sampling plots list them
-# `split=skewed` took its present meaning (train and test drawn alike) in the commit that added
-# train.hold; earlier runs named other constructions so. A run whose spec has this train setting
-# was made by code whose splits are today's, so the token-probability figure can rebuild them.
+# Runs whose specs hold this train setting were made by task code whose splits are today's; the
+# token-probability figure rebuilds a split from today's code, so it draws only for them (older runs
+# recorded no code identity to compare: suite/specs/code.py).
 CURRENT_SPLITS = "hold"
 
 
