@@ -69,13 +69,15 @@ def test_a_part_whose_time_runs_out_skips_what_is_left_and_still_reports(tmp_pat
 
 def test_a_part_with_a_failed_step_exits_1_with_one_line_and_still_reports(tmp_path, capsys):
     (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "paper").write_text("in the way")  # the paper grid's root: its step fails
+    for grid in ("paper", "nanda"):  # each grid's root: both steps fail (fast: nothing trains)
+        (tmp_path / "work" / grid).write_text("in the way")
     code, err = _campaign_here("grids", tmp_path / "out", tmp_path / "work", capsys=capsys)
     report = json.loads((tmp_path / "out" / "grids.json").read_text())
-    assert code == 1 and {s["step"]: s["exit"] for s in report["steps"]}["paper"] == 2
-    assert err.strip().splitlines()[-1] == f"error: 1 of {len(report['steps'])} steps failed (paper): " + str(
+    assert code == 1 and {s["step"]: s["exit"] for s in report["steps"]} == {"paper": 2, "nanda": 2}
+    assert err.strip().splitlines()[-1] == "error: 2 of 2 steps failed (paper, nanda): " + str(
         tmp_path / "out" / "grids.md"
     )
+    assert (tmp_path / "out" / "grids-runs.tar.gz").is_file()  # still packed
 
 
 BAD = {  # flags -> what the one line says

@@ -67,8 +67,17 @@ def test_regenerating_writes_the_same_bytes_plots_included(board, tmp_path):
 COMMITTED = sorted(p.parent.name for p in (REPO / "leaderboards").glob("*/runs"))
 
 
+@pytest.fixture
+def unrendered(monkeypatch):
+    """Figures built but not rasterized, for tests that compare tables and pages only (rendering is
+    most of a board's time; test_regenerating_writes_the_same_bytes_plots_included renders them)."""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", lambda self, buf, **kwargs: None)
+
+
 @pytest.mark.parametrize("name", COMMITTED)
-def test_each_committed_leaderboard_regenerates_from_its_committed_runs(name, tmp_path):
+def test_each_committed_leaderboard_regenerates_from_its_committed_runs(name, tmp_path, unrendered):
     # leaderboards/<grid>/runs holds the result files the grid wrote on this project's machine;
     # the tables beside them must be exactly what the leaderboard makes of those files.
     committed = REPO / "leaderboards" / name
