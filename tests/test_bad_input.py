@@ -400,9 +400,9 @@ def test_a_grid_file_that_cannot_run(tmp_path, capsys, monkeypatch, kind, comman
 
 
 GRID_FLAGS = {  # kind -> (flags, what the line says)
-    "ensemble 0": (["--ensemble", "0"], "--ensemble must be at least 1"),
-    "ensemble 0 in a dry run": (["--ensemble", "0", "--dry-run"], "--ensemble must be at least 1"),
-    "ensemble -3": (["--ensemble", "-3"], "--ensemble must be at least 1"),
+    "stack 0": (["--stack", "0"], "--stack must be at least 1"),
+    "stack 0 in a dry run": (["--stack", "0", "--dry-run"], "--stack must be at least 1"),
+    "stack -3": (["--stack", "-3"], "--stack must be at least 1"),
     "workers 0": (["--workers", "0"], "--workers must be at least 1"),
     "workers 0 in a dry run": (["--workers", "0", "--dry-run"], "--workers must be at least 1"),
     "cells per task 0": (["--backend", "slurm", "--dry-run", "--cells-per-task", "0"], "cells_per_task must be"),

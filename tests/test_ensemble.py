@@ -329,13 +329,13 @@ def test_a_grid_groups_cells_that_differ_in_their_task_or_optimizer_settings_int
         "hidden = [32, 64]\nseed = [0, 1]\n"
     )
     cells = load(grid).cells
-    found = groups(cells, ensemble=8)
+    found = groups(cells, stack=8)
     assert sorted(len(g) for g in found) == [8, 8]  # per width: both operations x both lrs x both seeds
     for group in found:
         assert len({cells[i].spec["model"]["hidden"] for i in group}) == 1
         assert len({cells[i].spec["opt"]["lr"] for i in group}) == 2
         assert len({cells[i].spec["task"]["op"] for i in group}) == 2
-    assert sorted(len(g) for g in groups(cells, ensemble=3)) == [2, 2, 3, 3, 3, 3]
+    assert sorted(len(g) for g in groups(cells, stack=3)) == [2, 2, 3, 3, 3, 3]
 
 
 def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation(tmp_path):

@@ -162,7 +162,7 @@ def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path,
     fake_sbatch(tmp_path, 'cp "$2" "$(dirname "$2")/submitted.sbatch"\necho "4242;cluster"\n', monkeypatch)
     root = tmp_path / "runs"
     assert (
-        main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2", "--ensemble", "1"])
+        main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2", "--stack", "1"])
         == 0
     )
     assert capsys.readouterr().out.strip() == "4242"
@@ -170,7 +170,7 @@ def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path,
     manifest = json.loads((workdir / "manifest.json").read_text())
     assert [c["id"] for c in manifest["cells"]] == [c.id for c in load(TINY).cells]
     assert manifest["cells_per_task"] == 2 and manifest["n_tasks"] == 2
-    assert manifest["chunks"] == [[[0], [1]], [[2], [3]]]  # --ensemble 1: every cell its own group
+    assert manifest["chunks"] == [[[0], [1]], [[2], [3]]]  # --stack 1: every cell its own group
     assert (workdir / "submitted.sbatch").read_text() == (workdir / "job.sbatch").read_text()
     assert f"--output={workdir}/logs/%A_%a.out" in (workdir / "job.sbatch").read_text()
     assert (workdir / "job_id").read_text().strip() == "4242"
@@ -179,7 +179,7 @@ def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path,
 def test_big_grids_get_more_cells_per_task():
     options = SlurmOptions()
     cells = [SimpleNamespace(spec={"seed": 0, "cell": i}) for i in range(2500)]  # no two differ only in seed
-    fit_array(options, cells, ensemble=32)
+    fit_array(options, cells, stack=32)
     assert options.cells_per_task == 3
 
 
@@ -301,7 +301,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
 
     # Every cell on its own, locally: the same numbers, bit for bit (one thread per process in both)
     local_root = tmp_path / "local-runs"
-    local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root, "--ensemble", "1")
+    local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root, "--stack", "1")
     assert local.returncode == 0, local.stderr
     for cell, rd in zip(cells, dirs):
         here = RunDir(cell.under(local_root).run_dir)

@@ -43,20 +43,20 @@ def run_local(
     workers: int,
     device: str,
     wandb: str,
-    ensemble: int,
+    stack: int,
     compile: bool,
 ) -> int:
-    """Run the chunks (whole groups of at most `ensemble` cells, and of an even share of them: every
+    """Run the chunks (whole groups of at most `stack` cells, and of an even share of them: every
     worker gets some) in separate processes, `workers` at a time. SIGINT/SIGTERM:
     every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
     failed, 3 if stopped."""
     check_local(root, device, cells)
     # groups no bigger than an even share of the cells: 5 final seeds of one cell made one group, one
     # process, and the other workers sat idle through a tune's longest phase
-    ensemble = min(ensemble, math.ceil(len(cells) / workers))
+    stack = min(stack, math.ceil(len(cells) / workers))
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(
-        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile
+        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, stack=stack, compile=compile
     )
     pool = _Workers(manifest, cells, workers)
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
