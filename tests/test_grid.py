@@ -349,7 +349,7 @@ def test_ensemble_is_the_old_name_of_stack_and_still_works(tmp_path, capsys):
         assert said.count("--ensemble is now --stack") == (flag == "--ensemble")
         (manifest,) = (root / "grids").rglob("manifest.json")
         plan = json.loads(manifest.read_text())
-        plans[flag] = (plan["ensemble"], plan["chunks"], sorted(p.parent.name for p in root.rglob("result.json")))
+        plans[flag] = (plan["stack"], plan["chunks"], sorted(p.parent.name for p in root.rglob("result.json")))
     assert plans["--ensemble"] == plans["--stack"] == (1, [[[0]], [[1]], [[2]]], plans["--stack"][2])
     assert len(plans["--stack"][2]) == 3
     assert make_parser().parse_args(["tune", "g.toml", "--ensemble", "4"]).stack == 4

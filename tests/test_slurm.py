@@ -169,11 +169,33 @@ def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path,
     (workdir,) = (root / "grids/tiny").iterdir()
     manifest = json.loads((workdir / "manifest.json").read_text())
     assert [c["id"] for c in manifest["cells"]] == [c.id for c in load(TINY).cells]
-    assert manifest["cells_per_task"] == 2 and manifest["n_tasks"] == 2
+    assert manifest["cells_per_task"] == 2 and manifest["n_chunks"] == 2 and manifest["stack"] == 1
     assert manifest["chunks"] == [[[0], [1]], [[2], [3]]]  # --stack 1: every cell its own group
     assert (workdir / "submitted.sbatch").read_text() == (workdir / "job.sbatch").read_text()
     assert f"--output={workdir}/logs/%A_%a.out" in (workdir / "job.sbatch").read_text()
     assert (workdir / "job_id").read_text().strip() == "4242"
+
+
+def test_a_manifest_written_before_the_renames_still_runs(tmp_path, capsys, monkeypatch):
+    # a manifest an older suite wrote says "ensemble" for "stack" and "n_tasks" for "n_chunks": an
+    # array task still queued when the suite was updated runs its chunk as it would have
+    from suite.launch.manifest import read_manifest
+
+    fake_sbatch(tmp_path, 'echo "4242"\n', monkeypatch)
+    root = tmp_path / "runs"
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2"]) == 0
+    (path,) = root.glob("grids/tiny/*/manifest.json")
+    new = json.loads(path.read_text())
+    old = {{"stack": "ensemble", "n_chunks": "n_tasks"}.get(k, k): v for k, v in new.items()}
+    assert "stack" not in old and (old["ensemble"], old["n_tasks"]) == (8, 2)
+    path.write_text(json.dumps(old))
+    assert read_manifest(path) == new
+    proc = run_cli("chunk", path, 1)
+    assert proc.returncode == 0, proc.stderr
+    ran = [RunDir(c["run_dir"]) for i in new["chunks"][1][0] for c in [new["cells"][i]]]
+    assert ran and all(rd.finished for rd in ran)
+    refused = run_cli("chunk", path, 2)
+    assert refused.returncode == 2 and "has chunks 0..1, not 2" in refused.stderr
 
 
 def test_big_grids_get_more_cells_per_task():

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from suite.launch.grid import Grid
-from suite.launch.manifest import FULL, WORKER_ENV, new_submission_dir, write_manifest
+from suite.launch.manifest import FULL, WORKER_ENV, new_submission_dir, read_manifest, write_manifest
 from suite.results.result import headline
 from suite.results.rundir import RunDir, check_writable, read_json
 from suite.specs.cell import Cell
@@ -111,7 +111,7 @@ class _Workers:
 
     def __init__(self, manifest: Path, cells: list[Cell], workers: int):
         self.manifest, self.cells, self.workers = manifest, cells, workers
-        self.chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
+        self.chunks = [[i for group in chunk for i in group] for chunk in read_manifest(manifest)["chunks"]]
         self.pending, self.running = list(range(len(self.chunks))), {}
         self.counts = {"done": 0, "failed": 0, "stopped": 0, "skipped": 0, "not run (disk full)": 0}
         self.stopped = []

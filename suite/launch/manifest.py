@@ -10,6 +10,8 @@ cells_per_task cells (a group is never split). `python -m suite chunk MANIFEST I
 I, group after group, skipping finished cells. The local backend starts one such process per
 chunk, N at a time, each with one torch thread (suite/launch/local.py); a Slurm array task is one chunk
 (suite/launch/slurm.py). Results never go through the manifest: each cell writes its own run folder.
+A manifest written before a key was renamed ("ensemble", now "stack"; "n_tasks", now "n_chunks")
+reads as one written now (read_manifest).
 """
 
 from __future__ import annotations
@@ -181,13 +183,25 @@ def write_manifest(
         "wandb": wandb,
         "compile": compile,
         "cells_per_task": cells_per_task,
-        "ensemble": stack,
-        "n_tasks": len(chunks),
+        "stack": stack,
+        "n_chunks": len(chunks),
         "chunks": chunks,
         "cells": [c.to_json() | {"run_dir": str(c.run_dir.resolve())} for c in cells],  # read from any folder
     }
     write_json(workdir / "manifest.json", manifest)
     return workdir / "manifest.json"
+
+
+OLD_KEYS = {"ensemble": "stack", "n_tasks": "n_chunks"}  # a manifest's keys before they were renamed
+
+
+def read_manifest(path: str | Path) -> dict:
+    """A manifest, its keys under their names now: one written before a rename reads as one
+    written now (a key under its new name wins over its old one)."""
+    manifest = read_json(path)
+    if not isinstance(manifest, dict):
+        raise ValueError("not a JSON object")
+    return {OLD_KEYS.get(k, k): v for k, v in manifest.items() if OLD_KEYS.get(k) not in manifest}
 
 
 _stop_requested: list[str] = []
@@ -211,11 +225,11 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
     from suite.engine.train import resolve_device
 
     try:
-        manifest = read_json(manifest_path)
+        manifest = read_manifest(manifest_path)
     except (FileNotFoundError, ValueError) as err:
         raise SuiteError(f"cannot read manifest {manifest_path}: {err}") from None
-    if not 0 <= index < manifest["n_tasks"]:
-        raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_tasks'] - 1}, not {index}")
+    if not 0 <= index < manifest["n_chunks"]:
+        raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_chunks'] - 1}, not {index}")
     device = resolve_device(manifest["device"])
     failed = 0
     for group in manifest["chunks"][index]:
