@@ -66,7 +66,7 @@ def test_a_seed_draws_the_same_batches_on_the_device_as_on_the_cpu(sampler):
 def test_each_member_of_a_stack_on_the_device_is_its_separate_run(tmp_path):
     specs = [resolve({"opt": "adamlr"}, {**SMALL, **MLP}, seed) for seed in range(3)]
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), DEVICE)
-    assert {r["ensemble_size"] for r in together} == {3}
+    assert {r["stack_size"] for r in together} == {3}
     for i, spec in enumerate(specs):
         train(as_cells([spec], [tmp_path / "alone" / str(i)]), DEVICE)
         _agree(_records(tmp_path / "stack" / str(i)), _records(tmp_path / "alone" / str(i)), rtol=1e-3)

@@ -58,7 +58,7 @@ def test_a_diverging_member_stops_alone_and_the_others_equal_their_separate_runs
     }
     specs = [resolve({"task": "_loud_for_seed_1", "opt": "sgd"}, settings, seed) for seed in range(3)]
     together = train(as_cells(specs, [tmp_path / "ens" / str(i) for i in range(3)]), CPU)
-    assert [r["ensemble_size"] for r in together] == [3] * 3
+    assert [r["stack_size"] for r in together] == [3] * 3
     assert [r["stop_reason"] for r in together] == ["budget", "diverged", "budget"]
     assert together[1]["steps"] < 60
     for i, spec in enumerate(specs):

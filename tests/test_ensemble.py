@@ -47,7 +47,7 @@ def _float32_rounding(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def _same_result(a: dict, b: dict) -> bool:
-    timing = ("wall_s", "steps_per_s", "ensemble_size", "created_utc")
+    timing = ("wall_s", "steps_per_s", "stack_size", "created_utc")
     return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
 
 
@@ -69,7 +69,7 @@ def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, sett
         (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "ens" / str(i)) == _metrics(tmp_path / "alone" / str(i))
         assert _same_result(together[i], alone)
-        assert together[i]["ensemble_size"] == 3 and alone["ensemble_size"] == 1
+        assert together[i]["stack_size"] == 3 and alone["stack_size"] == 1
         assert json.loads((tmp_path / "ens" / str(i) / "spec.json").read_text()) == canonical(spec)
     assert len({_metrics(tmp_path / "ens" / str(i)) for i in range(3)}) == 3  # the seeds really differ
 
@@ -118,10 +118,10 @@ def test_an_optimizer_or_filter_of_whole_tensors_stacks_one_per_member_and_each_
     specs = _specs(choices, {**SMALL, "d": 16, "hidden": 32, **settings}, seeds=(0, 1))
     together = train(as_cells(specs, [tmp_path / "a", tmp_path / "b"]), CPU)
     assert "one after the other" not in capsys.readouterr().err
-    assert [r["ensemble_size"] for r in together] == [2, 2]
+    assert [r["stack_size"] for r in together] == [2, 2]
     for i, seed_dir in enumerate(("a", "b")):
         (alone,) = train(as_cells([specs[i]], [tmp_path / f"alone{i}"]), CPU)
-        assert _metrics(tmp_path / seed_dir) == _metrics(tmp_path / f"alone{i}") and alone["ensemble_size"] == 1
+        assert _metrics(tmp_path / seed_dir) == _metrics(tmp_path / f"alone{i}") and alone["stack_size"] == 1
 
 
 PER_MEMBER = {  # a setting that differs from member to member of one stack
@@ -139,7 +139,7 @@ def test_members_with_different_hyperparameters_stack_and_each_equals_its_separa
     choices, key, values = PER_MEMBER[kind]
     specs = [resolve(choices, {**SMALL, "d": 16, "hidden": 32, key: value}, seed) for seed, value in enumerate(values)]
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), CPU)
-    assert "one after the other" not in capsys.readouterr().err and together[0]["ensemble_size"] == 3
+    assert "one after the other" not in capsys.readouterr().err and together[0]["stack_size"] == 3
     for i, spec in enumerate(specs):
         (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
@@ -244,7 +244,7 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path, chunks_in_process):
     chunks = json.loads(manifest.read_text())["chunks"]
     assert chunks == [[[0, 1, 2]], [[3, 4, 5]]]  # seeds of adam together, seeds of adamlr together
     results = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("result.json")]
-    assert sorted(r["ensemble_size"] for r in results) == [3] * 6
+    assert sorted(r["stack_size"] for r in results) == [3] * 6
     # the same grid with --ensemble 1: every cell on its own, the same numbers
     out = cli("grid", grid, "--root", tmp_path / "alone", "--ensemble", "1", "--workers", "2")
     assert out.returncode == 0 and "6 cells in 6 processes" in out.stderr
@@ -285,7 +285,7 @@ def _cross_specs(choices, settings):
 def test_cells_that_differ_in_their_task_stack_and_each_equals_its_separate_run(tmp_path, choices, settings):
     specs = _cross_specs(choices, {**SMALL, **settings})
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(len(specs))]), CPU)
-    assert {r["ensemble_size"] for r in together} == {len(specs)}
+    assert {r["stack_size"] for r in together} == {len(specs)}
     for i, spec in enumerate(specs):
         (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
@@ -314,7 +314,7 @@ def test_cells_whose_task_changes_a_shape_stack_in_parts_of_equal_shapes(tmp_pat
     specs = [resolve({}, {**SMALL, "d": 16, "hidden": 32, "op": op}, 0) for op in ("add", "div", "mul")]
     together = train(as_cells(specs, [tmp_path / op for op in ("add", "div", "mul")]), CPU)
     assert "3 runs train in 2 stacks: the members' data or models differ in shape" in capsys.readouterr().err
-    assert [r["ensemble_size"] for r in together] == [2, 1, 2]
+    assert [r["stack_size"] for r in together] == [2, 1, 2]
     (alone,) = train(as_cells([specs[1]], [tmp_path / "div-alone"]), CPU)
     assert _metrics(tmp_path / "div") == _metrics(tmp_path / "div-alone")
 

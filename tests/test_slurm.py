@@ -329,7 +329,7 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
         here = RunDir(cell.under(local_root).run_dir)
         assert metrics_text(rd.path) == metrics_text(here.path)
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
-        timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size", "created_utc"}  # not what
+        timing = {"wall_s", "steps_per_s", "git_commit", "stack_size", "created_utc"}  # not what
         assert {k: v for k, v in ours.items() if k not in timing} == {
             k: v for k, v in theirs.items() if k not in timing
         }

@@ -330,7 +330,7 @@ def ensemble_section(device: torch.device, options: Options, root: Path, report:
         row = rows[str(k)] = {
             "k": k,
             "wall_s": wall,
-            "trained_as_ensemble_of": results[0]["ensemble_size"],
+            "trained_as_ensemble_of": results[0]["stack_size"],
             "runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
         }
         if "1" in rows:  # K sequential runs of one
@@ -343,7 +343,7 @@ def ensemble_section(device: torch.device, options: Options, root: Path, report:
             wall, mixed_results = train_runs(mixed, device, root / f"mixed{k}")
             row |= {
                 "lr_per_member_wall_s": wall,
-                "lr_per_member_trained_as_ensemble_of": mixed_results[0]["ensemble_size"],
+                "lr_per_member_trained_as_ensemble_of": mixed_results[0]["stack_size"],
                 "lr_per_member_runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
             }
     return section
