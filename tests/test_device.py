@@ -96,7 +96,7 @@ def test_the_bench_profiles_a_stack_on_the_device():
     from suite.bench.measure import Options
     from suite.bench.profile_section import profile_section
 
-    p = profile_section(DEVICE, Options(quick=True, ensembles="1,4"))
+    p = profile_section(DEVICE, Options(quick=True, stacks="1,4"))
     assert p["k"] == 4 and p["randperm_per_step"] == 4  # the batches drawn on the CPU, one per member
     if DEVICE.type == "cuda":  # its kernels' time and the launches that issued them
         assert p["kernel_launches_per_step"] > 0 and p["top_device"] and 0 < p["device_busy_fraction"] < 2
