@@ -1,4 +1,4 @@
-"""Ensembles: K seeds of a cell in one process equal K separate runs, seed for seed.
+"""Stacks: K seeds of a cell in one process equal K separate runs, seed for seed.
 
 On CPU with one thread (how the local backend runs every process) the equality is exact, bit
 for bit: each member of a stack makes the matrix products its separate run makes (MKL
@@ -89,14 +89,14 @@ def test_members_stop_early_on_their_own(tmp_path):
     assert all(_same_result(t, a) for t, a in zip(together, alone))
 
 
-def test_a_preempted_ensemble_resumes_to_the_same_numbers_and_its_members_can_resume_alone(tmp_path):
+def test_a_preempted_stack_resumes_to_the_same_numbers_and_its_members_can_resume_alone(tmp_path):
     specs = _specs({"opt": "adamlr", "filter": "grokfast_ema"}, {**SMALL, "d": 16, "hidden": 32, "patience": None})
     whole = train(as_cells(specs, [tmp_path / "whole" / str(i) for i in range(3)]), CPU)
     cut = [tmp_path / "cut" / str(i) for i in range(3)]
     with pytest.raises(Preempted):
         train(as_cells(specs, cut, [PreemptAt(30), None, None]), CPU)
     assert all((d / "checkpoint.pt").exists() and not (d / "result.json").exists() for d in cut)
-    # seed 2 resumes on its own from the ensemble's checkpoint (same format as a separate run's)
+    # seed 2 resumes on its own from the stack's checkpoint (same format as a separate run's)
     (alone,) = train(as_cells([specs[2]], [cut[2]]), CPU)
     resumed = train(as_cells(specs[:2], cut[:2]), CPU)
     for i, result in enumerate(resumed + [alone]):
@@ -234,7 +234,7 @@ def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path, chunks_in_process):
+def test_a_grid_trains_its_seed_axis_as_stacks(tmp_path, chunks_in_process):
     grid = tmp_path / "g.toml"
     grid.write_text('name = "g"\n' + TINY_FIXED + '[axes]\nopt = ["adam", "adamlr"]\nseed = [0, 1, 2]\n')
     out = cli("grid", grid, "--root", tmp_path / "runs", "--workers", "2")
@@ -245,8 +245,8 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path, chunks_in_process):
     assert chunks == [[[0, 1, 2]], [[3, 4, 5]]]  # seeds of adam together, seeds of adamlr together
     results = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("result.json")]
     assert sorted(r["stack_size"] for r in results) == [3] * 6
-    # the same grid with --ensemble 1: every cell on its own, the same numbers
-    out = cli("grid", grid, "--root", tmp_path / "alone", "--ensemble", "1", "--workers", "2")
+    # the same grid with --stack 1: every cell on its own, the same numbers
+    out = cli("grid", grid, "--root", tmp_path / "alone", "--stack", "1", "--workers", "2")
     assert out.returncode == 0 and "6 cells in 6 processes" in out.stderr
     for path in (tmp_path / "runs").rglob("metrics.jsonl"):
         twin = tmp_path / "alone" / path.relative_to(tmp_path / "runs")
