@@ -69,7 +69,7 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == [
         "--job-name=suite-tiny",
-        "--array=0-0%3",  # 4 cells in 2 groups of 2: one task of >= 3 cells
+        "--array=0-0%3",  # 4 cells in 2 groups of 2: one array task of >= 3 cells
         f"--output={root.resolve()}/grids/tiny/<submission>/logs/%A_%a.out",
         "--open-mode=append",
         "--requeue",
@@ -84,7 +84,7 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
         "--qos=low",
     ]
     assert "-m suite chunk" in script and 'scontrol requeue "$task"' in script
-    assert script.index("export OMP_WAIT_POLICY=PASSIVE") < script.index("-m suite chunk")  # tasks may share cores
+    assert script.index("export OMP_WAIT_POLICY=PASSIVE") < script.index("-m suite chunk")  # array tasks share cores
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
     assert not root.exists()
 
@@ -251,7 +251,7 @@ eval_every = 50
 checkpoint_every = 100
 patience = "none"
 [axes]
-"train.steps" = [4000, 1000]   # task 0: both seeds of 4000 steps as one stack; task 1: of 1000
+"train.steps" = [4000, 1000]   # array task 0: both seeds of 4000 steps as one stack; 1: of 1000
 seed = [0, 1]
 """
 
@@ -269,15 +269,15 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     assert job.isdigit()
     (workdir,) = (root / "grids/slurmtest").iterdir()
     dirs = [RunDir(c.under(root).run_dir) for c in cells]
-    chunks = json.loads((workdir / "manifest.json").read_text())["chunks"]  # task i: its groups' cells
+    chunks = json.loads((workdir / "manifest.json").read_text())["chunks"]  # array task i: its groups' cells
     tasks = {i: [dirs[c] for group in chunk for c in group] for i, chunk in enumerate(chunks)}
     assert [len(pair) for pair in tasks.values()] == [2, 2]
     try:
-        # Each task (a stack of 2 seeds), once it runs past a checkpoint, is interrupted one way.
-        # Task 1: USR1 to its batch shell (what --signal=B:USR1 does before the time limit: the
-        # script forwards it, the run checkpoints and the script requeues itself). Task 0:
+        # Each array task (a stack of 2 seeds), once it runs past a checkpoint, is interrupted one way.
+        # Array task 1: USR1 to its batch shell (what --signal=B:USR1 does before the time limit: the
+        # script forwards it, the run checkpoints and the script requeues itself). Array task 0:
         # `scontrol requeue` (what an admin or a preemption does: SIGTERM to every process, then the
-        # job goes back to pending). The tasks need not run at the same time: a cluster may give
+        # job goes back to pending). The array tasks need not run at the same time: a cluster may give
         # them one after the other.
         interrupted = set()
 
@@ -300,25 +300,25 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
                     requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True)
                     assert requeue.returncode == 0, requeue.stderr
                 interrupted.add(task)
-            # A requeued task starts again after cred_expire (10 s in start-cluster.sh). Not sooner:
+            # A requeued array task starts again after cred_expire (10 s in start-cluster.sh). Not sooner:
             # `scontrol update StartTime=now` within the requeue's second gets it killed as
             # "non-startable: Job credential revoked", and the job ends with its cells unfinished.
             return not squeue(job)
 
-        wait_until(interrupt_each_then_finish, "every task interrupted past a checkpoint, then the job gone")
+        wait_until(interrupt_each_then_finish, "every array task interrupted past a checkpoint, then the job gone")
         assert interrupted == {0, 1}
         assert all(d.finished for d in dirs), [d.status() for d in dirs]
     finally:
         subprocess.run(["scancel", job], capture_output=True)
 
     logs = [read(workdir / "logs" / f"{job}_{i}.out") for i in range(2)]  # %A_%a, appended across restarts
-    # task 0: Slurm's SIGTERM reaches Python and the shell, which forwards USR1: either comes first
+    # array task 0: Slurm's SIGTERM reaches Python and the shell, which forwards USR1: either comes first
     assert "DUE TO JOB REQUEUE" in logs[0] and re.search(r"stopped: SIG(TERM|USR1) at step", logs[0]), logs[0]
     assert "stopped: SIGUSR1 at step" in logs[1], logs[1]
     for i in (0, 1):
         assert "restart 1" in logs[i], logs[i]
         assert int(re.search(r"resuming .* from step (\d+)", logs[i]).group(1)) > 0, logs[i]
-    assert "requeueing" in logs[1]  # task 1 requeued itself
+    assert "requeueing" in logs[1]  # array task 1 requeued itself
     assert all("running 2 cells as one group" in text for text in logs)
 
     # Every cell on its own, locally: the same numbers, bit for bit (one thread per process in both)
