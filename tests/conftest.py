@@ -218,7 +218,7 @@ def build_one(spec):
 
 
 def stack_of(specs):
-    """The specs' members as the loop stacks them (one part), without run dirs: a Stack at step 0."""
+    """The specs' members as the loop stacks them (one part), without run folders: a Stack at step 0."""
     import torch
 
     from suite.engine.member import Member

@@ -74,7 +74,7 @@ def test_expansion_order_overrides_and_experiments(tmp_path):
     ]  # override only where opt=adamlr
     assert [s["opt"]["c"] for s in specs[2:6]] == [2.0, 8.0, 2.0, 8.0]
     assert specs[6]["task"]["op"] == "mul" and specs[6]["opt"]["name"] == "adam"
-    # each cell is exactly what `suite run` would resolve, with the same id and run dir
+    # each cell is exactly what `suite run` would resolve, with the same id and run folder
     assert specs[3] == resolve({"opt": "adamlr"}, {"p": 11, "opt.lr": 0.003, "c": 8}, 0)
     assert grid.cells[3].id == spec_id(specs[3])
     assert str(grid.cells[3].run_dir).startswith("runs/modular-mlp-adamlr-random/seed0-")

@@ -227,7 +227,7 @@ def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
     for bad, message in (
         (["--seeds", "3-1"], "--seeds takes a list"),
         (["--seeds", "a"], "--seeds takes a list"),
-        (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run dir"),
+        (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run folder"),
     ):
         out = cli(*args, *bad)
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr

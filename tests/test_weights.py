@@ -1,4 +1,4 @@
-"""Weights kept at memorization, grok step and end, and the model loaded back from a run dir."""
+"""Weights kept at memorization, grok step and end, and the model loaded back from a run folder."""
 
 import json
 

@@ -1,6 +1,6 @@
 """`python -m suite export ROOT [--out DIR]`: every finished run under ROOT as tables pandas reads.
 
-- runs.csv, runs.parquet: one row per result.json under ROOT (recursively): `run` (its run dir,
+- runs.csv, runs.parquet: one row per result.json under ROOT (recursively): `run` (its run folder,
   relative to ROOT), `runner` (train or probe, suite.results.result.runner_of), `cell_id` (the spec
   without its seed), `grid` and `experiment` (what asked for the run; empty for `suite run`,
   probes and results older than these fields), the spec flattened into
