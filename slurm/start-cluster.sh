@@ -48,7 +48,7 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
 fi
 
 # The node as a count of CPUs, without its socket/core/thread layout: with a layout, Slurm gives
-# each job whole cores, so on a machine of one core with two hardware threads two 1-CPU tasks could
+# each job whole cores, so on a machine of one core with two hardware threads two 1-CPU array tasks could
 # never run side by side. A node claiming more memory than it has is drained.
 cpus=$(slurmd -C | head -n1 | sed -n 's/.*CPUs=\([0-9]*\).*/\1/p')
 memory=$(slurmd -C | head -n1 | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')

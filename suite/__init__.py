@@ -31,15 +31,21 @@ Map: the folders say what each part does; a wing imports only wings above it in 
 
 One word for each thing:
 
-    task       a grokking task (tasks/); what Slurm runs is an array task
+    task       a grokking task (tasks/), never Slurm's unit
+    array task Slurm's unit: one index of a grid submission's array job, which runs one chunk
+               (Slurm's own spellings keep the bare word: --cells-per-task, --cpus-per-task)
     cell       one spec with its seed, and the run folder it writes (specs/cell.py): what every
                launcher hands the loop; cell_id names a cell's seeds together (its spec without the seed)
     run        what a cell's training wrote: its run folder (spec.json, metrics.jsonl, result.json)
     group      the cells one call of the loop trains together: they differ only in their seed and
-               their task's, optimizer's and filter's settings (at most `--ensemble K` of them)
+               their task's, optimizer's and filter's settings (at most `--stack K` of them)
     member     one cell as it trains in a stack
     stack      members trained as one model, their parameters on a leading member axis; a group
-               trains as one stack, or as several where its members' shapes or start steps differ
+               trains as one stack, or as several where its members' shapes or start steps differ.
+               Its size is result.json's stack_size, its cap --stack K (bench: --stacks, section
+               "stacks"). The old word was "ensemble": --ensemble and --ensembles still work, said
+               to be renamed, and files written before read as now (result.json's ensemble_size, a
+               manifest's "ensemble", a bench report's "ensembles" section)
     chunk      one process's share of a grid submission: whole groups, in turn; an array task runs one
     table      on a board: the runs that differ only in their method and seed, a row per method
 """

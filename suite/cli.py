@@ -22,7 +22,7 @@ def runtime_defaults() -> None:
     `python -m suite` and the grok-suite console script (which calls main() directly) run alike.
     They are the command line's, not the library's: an import must not change how the importing
     program's own threads run."""
-    # Ensembles allocate activations and gradients of tens of MB every step; glibc hands blocks
+    # Stacks allocate activations and gradients of tens of MB every step; glibc hands blocks
     # that large straight back to the kernel, so each step page-faults them in again. Huge pages
     # (torch's allocator madvises blocks >= 2 MB) made a K = 32 step 1.4x faster here; results
     # are unchanged (it is where memory lives, not what is computed).

@@ -204,7 +204,7 @@ class PreemptAt:
 
 
 def stack_of(specs):
-    """The specs' members as the loop stacks them (one part), without run dirs: a Stack at step 0."""
+    """The specs' members as the loop stacks them (one part), without run folders: a Stack at step 0."""
     import torch
 
     from suite import build

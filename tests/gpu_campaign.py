@@ -174,7 +174,7 @@ def check(c: Campaign) -> None:
         c.steps.append({"step": "cpu vs device", "exit": 0, "seconds": 0.0, **compare_runs(*dirs.values())})
     else:
         c.steps.append({"step": "cpu vs device", "exit": None, "seconds": 0.0, "note": "skipped: a run did not finish"})
-    bench = ["--quick", "--skip", "plain"] if c.quick else ["--skip", "plain,probe", "--ensembles", "1,32,256,1024"]
+    bench = ["--quick", "--skip", "plain"] if c.quick else ["--skip", "plain,probe", "--stacks", "1,32,256,1024"]
     c.suite("bench", "bench", "--device", c.device, "--out", c.out / "bench.json", *bench)
 
 
@@ -203,8 +203,8 @@ def grids(c: Campaign) -> None:
         c.grid("paper", "tiny", share=0.5)
         c.grid("nanda", "tiny")
         return
-    c.grid("paper", "paper", "--ensemble", "64", share=0.6)
-    c.grid("nanda", "adamlr_transformer", "--experiment", "nanda", "--ensemble", "32")
+    c.grid("paper", "paper", "--stack", "64", share=0.6)
+    c.grid("nanda", "adamlr_transformer", "--experiment", "nanda", "--stack", "32")
 
 
 def long(c: Campaign) -> None:
@@ -214,7 +214,7 @@ def long(c: Campaign) -> None:
         c.grid("tuned", str(c.work / "quick-tuned.toml"), tune=True)
         return
     c.grid("polygons", "polygons_gpu", "--experiment", "112px", share=0.75)
-    c.grid("tuned", "tuned", "--ensemble", "64", tune=True)
+    c.grid("tuned", "tuned", "--stack", "64", tune=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ def refused(capsys, *args) -> str:
 
 
 def snapshot(folder):
-    """Every file under folder with its bytes (the run dir lock aside)."""
+    """Every file under folder with its bytes (the run folder lock aside)."""
     return {
         p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"
     }
@@ -107,7 +107,7 @@ RUN = [*MODULAR]
 
 
 def run_dir_holding(tmp_path, **files) -> tuple:
-    """A run dir of tiny_spec() holding spec.json and the given files (name -> bytes)."""
+    """A run folder of tiny_spec() holding spec.json and the given files (name -> bytes)."""
     out = tmp_path / "run"
     out.mkdir()
     write_json(out / "spec.json", tiny_spec())
@@ -124,7 +124,7 @@ def checkpoint_bytes(state) -> bytes:
     return buf.getvalue()
 
 
-RUN_DIR_FILES = {  # kind -> (files in the run dir, what the line says)
+RUN_DIR_FILES = {  # kind -> (files in the run folder, what the line says)
     "corrupt checkpoint": ({"checkpoint_pt": b"\x00not a checkpoint" * 10}, "no readable checkpoint"),
     "checkpoint of another run": (
         {"checkpoint_pt": checkpoint_bytes({"step": 10, "model": {"w": torch.ones(2)}})},
@@ -314,7 +314,7 @@ def test_an_unbounded_or_mistyped_setting(tmp_path, capsys, monkeypatch, kind):
     monkeypatch.chdir(tmp_path)
     args, message = SETTINGS_MORE[kind]
     assert message in refused(capsys, "run", *args)
-    assert list(tmp_path.iterdir()) == []  # no run dir, no error.json, no W&B folder
+    assert list(tmp_path.iterdir()) == []  # no run folder, no error.json, no W&B folder
 
 
 DEVICES = ["meta", "mps", "tpu", "xla", "cuda:-1", "gpu", "cpu:x"] + ([] if torch.cuda.is_available() else ["cuda:0"])
@@ -400,9 +400,9 @@ def test_a_grid_file_that_cannot_run(tmp_path, capsys, monkeypatch, kind, comman
 
 
 GRID_FLAGS = {  # kind -> (flags, what the line says)
-    "ensemble 0": (["--ensemble", "0"], "--ensemble must be at least 1"),
-    "ensemble 0 in a dry run": (["--ensemble", "0", "--dry-run"], "--ensemble must be at least 1"),
-    "ensemble -3": (["--ensemble", "-3"], "--ensemble must be at least 1"),
+    "stack 0": (["--stack", "0"], "--stack must be at least 1"),
+    "stack 0 in a dry run": (["--stack", "0", "--dry-run"], "--stack must be at least 1"),
+    "stack -3": (["--stack", "-3"], "--stack must be at least 1"),
     "workers 0": (["--workers", "0"], "--workers must be at least 1"),
     "workers 0 in a dry run": (["--workers", "0", "--dry-run"], "--workers must be at least 1"),
     "cells per task 0": (["--backend", "slurm", "--dry-run", "--cells-per-task", "0"], "cells_per_task must be"),

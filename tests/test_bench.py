@@ -4,11 +4,11 @@ import json
 import math
 
 import pytest
-from conftest import cli
+from conftest import REPO, cli
 
 from suite import bench
 from suite.bench import measure
-from suite.cli import main
+from suite.cli import main, make_parser
 
 
 def numbers(tree):
@@ -37,15 +37,15 @@ def test_report_has_every_section_and_the_machine(quick):
     for key in ("commit", "torch_version", "device", "threads", "hostname", "date", "units", "bench_wall_s"):
         assert key in report
     assert report["device"] == "cpu" and report["threads"] == 1  # cli runs it on one thread
-    assert {"matmul", "plain", "steps", "profile", "ensembles", "precision"} <= set(report)
+    assert {"matmul", "plain", "steps", "profile", "stacks", "precision"} <= set(report)
     assert report["complete"] is True
     assert "targets" not in report  # the bench reports figures; targets are a reader's (README)
     assert "probe" not in report and "compile" not in report and report["skipped"] == ["compile", "probe"]
     assert set(report["steps"]["cells"]) == {"mlp_batch512", "mlp_full", "transformer_batch512", "transformer_full"}
-    assert set(report["ensembles"]["sizes"]) == {"1", "2"}
-    mixed = report["ensembles"]["sizes"]["2"]  # two learning rates, still one stack
-    assert mixed["lr_per_member_trained_as_ensemble_of"] == 2 and mixed["lr_per_member_runs_per_h"] > 0
-    for section in ("matmul", "steps", "ensembles", "precision"):
+    assert set(report["stacks"]["sizes"]) == {"1", "2"}
+    mixed = report["stacks"]["sizes"]["2"]  # two learning rates, still one stack
+    assert mixed["lr_per_member_trained_as_stack_of"] == 2 and mixed["lr_per_member_runs_per_h"] > 0
+    for section in ("matmul", "steps", "stacks", "precision"):
         figures = list(numbers(report[section]))
         assert figures and all(math.isfinite(x) and x > 0 for x in figures), section
     assert "matmul limit" in proc.stdout and "PASS" not in proc.stdout and "MISS" not in proc.stdout
@@ -71,7 +71,7 @@ def test_the_precision_section_runs_fp32_and_bf16_side_by_side_on_any_cpu(quick)
 def test_the_profile_counts_one_batch_draw_per_member_and_step_and_ranks_the_busiest_ops(quick):
     proc, report, _ = quick
     p = report["profile"]
-    assert (p["k"], p["steps"]) == (2, 3)  # the largest ensemble size asked for (1,2), up to 256
+    assert (p["k"], p["steps"]) == (2, 3)  # the largest stack size asked for (1,2), up to 256
     assert p["randperm_per_step"] == 2  # one draw per member, each its own generator's
     assert p["aten_ops_per_step"] > 0 and 0 < p["randperm_per_step_s"] < p["host_self_per_step_s"]
     shares = [r["share"] for r in p["top_host"]]
@@ -99,11 +99,11 @@ def test_figures_are_consistent(quick):
     assert cells["mlp_full"]["flop"] == pytest.approx(cells["mlp_batch512"]["flop"] * 555 / 512, rel=1e-9)
     assert cells["transformer_full"]["flop"] > 0
 
-    ens = report["ensembles"]
-    steps, per_run = ens["steps"], ens["normalised_to_steps"]
-    single = ens["sizes"]["1"]
-    assert ens["sizes"]["2"]["trained_as_ensemble_of"] == 2  # the MLP with Adam is exact as an ensemble
-    for row in ens["sizes"].values():
+    stacks = report["stacks"]
+    steps, per_run = stacks["steps"], stacks["normalised_to_steps"]
+    single = stacks["sizes"]["1"]
+    assert stacks["sizes"]["2"]["trained_as_stack_of"] == 2  # the MLP with Adam is exact as a stack
+    for row in stacks["sizes"].values():
         k = row["k"]
         assert row["runs_per_h"] == pytest.approx(k * 3600 / row["wall_s"] * steps / per_run, rel=1e-12)
         assert row["sequential_wall_s"] == pytest.approx(k * single["wall_s"], rel=1e-12)
@@ -126,18 +126,18 @@ def test_the_suite_and_the_plain_loop_run_side_by_side(quick):
 
 def test_skipped_limit_leaves_no_fraction(tmp_path):
     out = tmp_path / "b.json"
-    proc = cli("bench", "--quick", "--skip", "matmul,plain,ensembles,precision", "--steps", "5", "--out", out)
+    proc = cli("bench", "--quick", "--skip", "matmul,plain,stacks,precision", "--steps", "5", "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    assert "matmul" not in report and "ensembles" not in report
+    assert "matmul" not in report and "stacks" not in report
     assert all(c["fraction_of_limit"] is None and c["whole_steps"] == 5 for c in report["steps"]["cells"].values())
 
 
 @pytest.mark.parametrize(
     "flags",
     [
-        ("--ensembles", "0,8"),
-        ("--ensembles", "1,x"),
+        ("--stacks", "0,8"),
+        ("--stacks", "1,x"),
         ("--skip", "probe,nonsense"),
         ("--steps", "0"),
         ("--repeats", "0"),
@@ -158,7 +158,7 @@ def test_a_section_that_cannot_run_is_left_out_with_one_line_before_anything_is_
     monkeypatch.setattr(measure, "log", lambda message: events.append(message))
     monkeypatch.setattr(measure, "matmul_rates", lambda *args: events.append("timing") or {"64": 1e9})
     out = tmp_path / "b.json"
-    skip = "plain,steps,profile,ensembles,precision,compile"  # the profile: a stack of 32, minutes of CPU
+    skip = "plain,steps,profile,stacks,precision,compile"  # the profile: a stack of 32, minutes of CPU
     assert main(["bench", "--skip", skip, "--out", str(out)]) == 0
     assert events[0] == "skipping probe: needs no_such_package_here (pip install it)" and "timing" in events[1:]
     report = json.loads(out.read_text())
@@ -170,11 +170,11 @@ def test_an_interrupted_bench_keeps_the_sections_it_finished(tmp_path, monkeypat
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(measure, "ensemble_section", interrupted)
+    monkeypatch.setattr(measure, "stack_section", interrupted)
     out = tmp_path / "b.json"
     assert main(["bench", "--quick", "--skip", "plain,steps,precision", "--out", str(out)]) == 130  # Ctrl-C's exit code
     report = json.loads(out.read_text())
-    assert report["complete"] is False and "ensembles" not in report
+    assert report["complete"] is False and "stacks" not in report
     assert len(report["matmul"]["passes_flop_per_s"]) == 1  # the pass at the start, measured before the interruption
 
 
@@ -182,16 +182,16 @@ def test_a_section_that_fails_records_its_error_and_the_rest_go_on(tmp_path, cap
     def failing(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(measure, "ensemble_section", failing)
+    monkeypatch.setattr(measure, "stack_section", failing)
     out = tmp_path / "b.json"
     assert main(["bench", "--quick", "--skip", "plain,steps,precision", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["ensembles"] == {"error": "RuntimeError: boom"} and report["complete"] is True
+    assert report["stacks"] == {"error": "RuntimeError: boom"} and report["complete"] is True
     assert len(report["matmul"]["passes_flop_per_s"]) == 2  # the end pass ran after the failure
-    assert "ensembles: failed: RuntimeError: boom" in capsys.readouterr().out
+    assert "stacks: failed: RuntimeError: boom" in capsys.readouterr().out
 
 
-def test_a_bench_stopped_in_the_ensembles_keeps_the_sizes_it_took_and_measures_nothing_after(
+def test_a_bench_stopped_in_the_stacks_keeps_the_sizes_it_took_and_measures_nothing_after(
     tmp_path, capsys, monkeypatch
 ):
     # a deadline's SIGTERM inside a training loop became a section error and the bench went on
@@ -210,8 +210,29 @@ def test_a_bench_stopped_in_the_ensembles_keeps_the_sizes_it_took_and_measures_n
     out = tmp_path / "b.json"
     assert main(["bench", "--quick", "--skip", "plain,steps", "--out", str(out)]) == 3
     report = json.loads(out.read_text())
-    assert list(report["ensembles"]["sizes"]) == ["1"] and report["ensembles"]["sizes"]["1"]["runs_per_h"] > 0
-    assert report["ensembles"]["error"] == "stopped by SIGTERM at step 7" and report["stopped"] == "SIGTERM"
+    assert list(report["stacks"]["sizes"]) == ["1"] and report["stacks"]["sizes"]["1"]["runs_per_h"] > 0
+    assert report["stacks"]["error"] == "stopped by SIGTERM at step 7" and report["stopped"] == "SIGTERM"
     assert "precision" not in report and report["complete"] is False
     assert len(report["matmul"]["passes_flop_per_s"]) == 1  # no end pass after a stop
     assert "stopped by SIGTERM: the report holds what was measured before" in capsys.readouterr().err
+
+
+OLD_REPORT = REPO / "leaderboards/bench/h200-2026-11-27/run2-bench.json"  # its section was "ensembles" then
+
+
+def test_a_report_and_flags_of_the_ensembles_section_read_as_the_stacks_section():
+    from suite.bench.table import current_names, format_report
+
+    old = json.loads(OLD_REPORT.read_text())
+    assert "ensembles" in old and "stacks" not in old
+    now = current_names(old)
+    assert "ensembles" not in now and list(now["stacks"]["sizes"]) == ["1", "32", "256"]
+    row = now["stacks"]["sizes"]["32"]
+    assert row["trained_as_stack_of"] == row["lr_per_member_trained_as_stack_of"] == 32
+    assert "trained_as_ensemble_of" not in row and old["ensembles"]["sizes"]["32"]["trained_as_ensemble_of"] == 32
+    table = format_report(old)
+    assert "stacks, modular mlp adam random(batch 512), 600 steps" in table and "stack 32" in table
+    assert "stacks: failed: stopped by SIGTERM at step 461" in table  # its error, under the name now
+    # the flag's and the section's old names
+    assert make_parser().parse_args(["bench", "--ensembles", "1,4"]).stacks == "1,4"
+    assert measure.Options(skip="ensembles,probe").skip == {"stacks", "probe"}

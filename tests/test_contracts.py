@@ -208,7 +208,7 @@ def test_a_model_that_cannot_be_vmapped_trains_its_seeds_one_after_the_other(tmp
     ), err
     alone = [train(as_cells([spec], [tmp_path / f"b{spec['seed']}"]), torch.device("cpu"))[0] for spec in specs]
     for a, b in zip(together, alone):
-        assert a["steps"] == 20 and a["ensemble_size"] == 1
+        assert a["steps"] == 20 and a["stack_size"] == 1
         assert metrics_text(tmp_path / f"a{a['spec']['seed']}") == metrics_text(tmp_path / f"b{b['spec']['seed']}")
     assert "one after the other" not in capsys.readouterr().err  # a single run just runs the plain model
 

@@ -66,7 +66,7 @@ def test_a_seed_draws_the_same_batches_on_the_device_as_on_the_cpu(sampler):
 def test_each_member_of_a_stack_on_the_device_is_its_separate_run(tmp_path):
     specs = [resolve({"opt": "adamlr"}, {**SMALL, **MLP}, seed) for seed in range(3)]
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), DEVICE)
-    assert {r["ensemble_size"] for r in together} == {3}
+    assert {r["stack_size"] for r in together} == {3}
     for i, spec in enumerate(specs):
         train(as_cells([spec], [tmp_path / "alone" / str(i)]), DEVICE)
         _agree(_records(tmp_path / "stack" / str(i)), _records(tmp_path / "alone" / str(i)), rtol=1e-3)
@@ -96,7 +96,7 @@ def test_the_bench_profiles_a_stack_on_the_device():
     from suite.bench.measure import Options
     from suite.bench.profile_section import profile_section
 
-    p = profile_section(DEVICE, Options(quick=True, ensembles="1,4"))
+    p = profile_section(DEVICE, Options(quick=True, stacks="1,4"))
     assert p["k"] == 4 and p["randperm_per_step"] == 4  # the batches drawn on the CPU, one per member
     if DEVICE.type == "cuda":  # its kernels' time and the launches that issued them
         assert p["kernel_launches_per_step"] > 0 and p["top_device"] and 0 < p["device_busy_fraction"] < 2

@@ -58,7 +58,7 @@ def test_a_diverging_member_stops_alone_and_the_others_equal_their_separate_runs
     }
     specs = [resolve({"task": "_loud_for_seed_1", "opt": "sgd"}, settings, seed) for seed in range(3)]
     together = train(as_cells(specs, [tmp_path / "ens" / str(i) for i in range(3)]), CPU)
-    assert [r["ensemble_size"] for r in together] == [3] * 3
+    assert [r["stack_size"] for r in together] == [3] * 3
     assert [r["stop_reason"] for r in together] == ["budget", "diverged", "budget"]
     assert together[1]["steps"] < 60
     for i, spec in enumerate(specs):
@@ -88,12 +88,12 @@ def test_a_grid_goes_on_past_a_diverged_cell_and_the_leaderboard_counts_it_a_fai
     assert len(rows) == 2
 
 
-def _grads_with_norms(ensemble: Stacked, norms: list[float]) -> None:
+def _grads_with_norms(stack: Stacked, norms: list[float]) -> None:
     """Random gradients whose per-member global norms are `norms`."""
     g = torch.Generator().manual_seed(0)
-    grads = [torch.randn(p.shape, generator=g) for p in ensemble.parameters()]
+    grads = [torch.randn(p.shape, generator=g) for p in stack.parameters()]
     member = torch.stack([torch.stack([x[i].norm() for x in grads]).norm() for i in range(len(norms))])
-    for p, x in zip(ensemble.parameters(), grads):
+    for p, x in zip(stack.parameters(), grads):
         p.grad = x * (torch.tensor(norms) / member).view(-1, *[1] * (x.dim() - 1))
 
 
@@ -101,11 +101,11 @@ def test_grad_clip_scales_each_member_by_its_own_global_norm():
     from suite.models.mlp import MLP
 
     data = loud_for_seed_1(0)
-    ensemble = Stacked([MLP(data, hidden=8) for _ in range(3)])
-    _grads_with_norms(ensemble, [10.0, 0.5, 3.0])
-    before = [p.grad.clone() for p in ensemble.parameters()]
-    clip_grad_norms(ensemble, 1.0)
-    after = list(ensemble.parameters())
+    stack = Stacked([MLP(data, hidden=8) for _ in range(3)])
+    _grads_with_norms(stack, [10.0, 0.5, 3.0])
+    before = [p.grad.clone() for p in stack.parameters()]
+    clip_grad_norms(stack, 1.0)
+    after = list(stack.parameters())
     norms = [torch.stack([p.grad[i].norm() for p in after]).norm().item() for i in range(3)]
     assert norms[0] == pytest.approx(1.0, rel=1e-5) and norms[2] == pytest.approx(1.0, rel=1e-5)
     assert all(torch.equal(p.grad[1], b[1]) for p, b in zip(after, before))  # under the limit: untouched

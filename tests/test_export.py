@@ -117,6 +117,29 @@ def test_curves_are_every_metrics_line_in_long_format(root):
     pd.testing.assert_frame_equal(pd.read_csv(root.parent / "elsewhere" / "curves.csv"), curves, check_dtype=False)
 
 
+OLD_RUN = REPO / "leaderboards/adamlr/runs/modular-mlp-adam-random/seed0-52d1971e0d85"  # one of a stack of 8
+
+
+def test_a_result_that_says_ensemble_size_reads_as_stack_size(root, tmp_path):
+    # the committed runs were written when result.json said "ensemble_size" for "stack_size": read,
+    # exported and summed up, they are what a run written now would be
+    from suite.results.result import current_fields, stack_size, summary
+
+    old = json.loads((OLD_RUN / "result.json").read_text())
+    assert old["ensemble_size"] == 8 and "stack_size" not in old
+    now = current_fields(old)
+    assert now["stack_size"] == stack_size(old) == 8 and "ensemble_size" not in now
+    assert list(now) == [{"ensemble_size": "stack_size"}.get(k, k) for k in old]  # in its place, the rest as it was
+    assert summary(old).endswith("(its share of a stack of 8)")
+    mixed = tmp_path / "mixed"
+    shutil.copytree(OLD_RUN, mixed / "old")
+    shutil.copytree(root / "a", mixed / "new")
+    assert main(["export", str(mixed), "--out", str(tmp_path / "out")]) == 0
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("run")
+    assert "ensemble_size" not in runs.columns
+    assert runs["stack_size"].to_dict() == {"new": 1, "old": 8}
+
+
 def test_probe_scores_are_rows_joined_to_their_run(root):
     main(["export", str(root), "--out", str(root.parent / "probes")])
     probes = pd.read_parquet(root.parent / "probes" / "probes.parquet")

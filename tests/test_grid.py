@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from conftest import REPO, TINY_FIXED, cli
 
-from suite.cli import main
+from suite.cli import main, make_parser
 from suite.launch.grid import load
 from suite.results.rundir import RunDir
 from suite.specs.spec import canonical, resolve, spec_id
@@ -74,7 +74,7 @@ def test_expansion_order_overrides_and_experiments(tmp_path):
     ]  # override only where opt=adamlr
     assert [s["opt"]["c"] for s in specs[2:6]] == [2.0, 8.0, 2.0, 8.0]
     assert specs[6]["task"]["op"] == "mul" and specs[6]["opt"]["name"] == "adam"
-    # each cell is exactly what `suite run` would resolve, with the same id and run dir
+    # each cell is exactly what `suite run` would resolve, with the same id and run folder
     assert specs[3] == resolve({"opt": "adamlr"}, {"p": 11, "opt.lr": 0.003, "c": 8}, 0)
     assert grid.cells[3].id == spec_id(specs[3])
     assert str(grid.cells[3].run_dir).startswith("runs/modular-mlp-adamlr-random/seed0-")
@@ -327,7 +327,7 @@ def test_outcome_line_of_a_cell_without_milestones(tmp_path):
 
 
 def test_two_workers_share_the_seeds_of_one_cell(tmp_path, capsys):
-    # five seeds of one cell are one group at --ensemble 8: one process, and the other worker idle
+    # five seeds of one cell are one group at --stack 8: one process, and the other worker idle
     # (a tune's final seeds, its longest phase); they split into groups of an even share instead
     (tmp_path / "g.toml").write_text(TINY_FIXED + "[axes]\nseed = [0, 1, 2, 3, 4]\n")
     assert main(["grid", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--workers", "2"]) == 0
@@ -335,6 +335,29 @@ def test_two_workers_share_the_seeds_of_one_cell(tmp_path, capsys):
     chunks = json.loads(manifest.read_text())["chunks"]
     assert sorted(len(group) for chunk in chunks for group in chunk) == [2, 3] and len(chunks) == 2
     assert "5 cells in 2 processes" in capsys.readouterr().err
+
+
+def test_ensemble_is_the_old_name_of_stack_and_still_works(tmp_path, capsys):
+    # --ensemble K, --stack's name before the glossary's one word for it: hidden from --help, the
+    # same K into the same plan, and said once on stderr however often it is given
+    (tmp_path / "g.toml").write_text(TINY_FIXED + "[axes]\nseed = [0, 1, 2]\n")
+    plans = {}
+    for flag in ("--stack", "--ensemble"):
+        root = tmp_path / flag.strip("-")
+        assert main(["grid", str(tmp_path / "g.toml"), "--root", str(root), flag, "3", flag, "1"]) == 0
+        said = capsys.readouterr().err
+        assert said.count("--ensemble is now --stack") == (flag == "--ensemble")
+        (manifest,) = (root / "grids").rglob("manifest.json")
+        plan = json.loads(manifest.read_text())
+        plans[flag] = (plan["stack"], plan["chunks"], sorted(p.parent.name for p in root.rglob("result.json")))
+    assert plans["--ensemble"] == plans["--stack"] == (1, [[[0]], [[1]], [[2]]], plans["--stack"][2])
+    assert len(plans["--stack"][2]) == 3
+    assert make_parser().parse_args(["tune", "g.toml", "--ensemble", "4"]).stack == 4
+    assert make_parser().parse_args(["tune", "g.toml"]).stack == 8  # the old name sets no default of its own
+    with pytest.raises(SystemExit):
+        main(["grid", "--help"])
+    shown = capsys.readouterr().out
+    assert "--stack K" in shown and "--ensemble" not in shown
 
 
 def test_a_dry_run_estimates_its_cost_from_measured_step_costs(tmp_path, capsys):

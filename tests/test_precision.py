@@ -66,7 +66,7 @@ def test_bf16_trains_other_numbers_than_fp32(tmp_path):
 def test_each_member_of_a_bf16_stack_equals_its_separate_bf16_run_bit_for_bit(tmp_path, choices, settings):
     specs = [resolve(choices, {**SMALL, **settings, **BF16}, seed) for seed in range(3)]
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), CPU)
-    assert {r["ensemble_size"] for r in together} == {3}
+    assert {r["stack_size"] for r in together} == {3}
     for i, spec in enumerate(specs):
         train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _records(tmp_path / "stack" / str(i)) == _records(tmp_path / "alone" / str(i))

@@ -24,7 +24,7 @@ def test_shipped_grid_loads(path):
 
 def test_grokfast_grid_is_the_preset():
     # The grid spells out `--preset grokfast` (grids cannot name presets): the same specs, so its
-    # cells and `suite run --preset grokfast` share run directories.
+    # cells and `suite run --preset grokfast` share run folders.
     grid = load(REPO / "suite/grids/grokfast.toml")
     ids = sorted(cell.id for cell in grid.cells)
     expected = []

@@ -69,7 +69,7 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == [
         "--job-name=suite-tiny",
-        "--array=0-0%3",  # 4 cells in 2 groups of 2: one task of >= 3 cells
+        "--array=0-0%3",  # 4 cells in 2 groups of 2: one array task of >= 3 cells
         f"--output={root.resolve()}/grids/tiny/<submission>/logs/%A_%a.out",
         "--open-mode=append",
         "--requeue",
@@ -84,7 +84,7 @@ def test_dry_run_prints_the_script_with_every_sbatch_line_and_writes_nothing(tmp
         "--qos=low",
     ]
     assert "-m suite chunk" in script and 'scontrol requeue "$task"' in script
-    assert script.index("export OMP_WAIT_POLICY=PASSIVE") < script.index("-m suite chunk")  # tasks may share cores
+    assert script.index("export OMP_WAIT_POLICY=PASSIVE") < script.index("-m suite chunk")  # array tasks share cores
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # valid bash
     assert not root.exists()
 
@@ -162,24 +162,46 @@ def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path,
     fake_sbatch(tmp_path, 'cp "$2" "$(dirname "$2")/submitted.sbatch"\necho "4242;cluster"\n', monkeypatch)
     root = tmp_path / "runs"
     assert (
-        main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2", "--ensemble", "1"])
+        main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2", "--stack", "1"])
         == 0
     )
     assert capsys.readouterr().out.strip() == "4242"
     (workdir,) = (root / "grids/tiny").iterdir()
     manifest = json.loads((workdir / "manifest.json").read_text())
     assert [c["id"] for c in manifest["cells"]] == [c.id for c in load(TINY).cells]
-    assert manifest["cells_per_task"] == 2 and manifest["n_tasks"] == 2
-    assert manifest["chunks"] == [[[0], [1]], [[2], [3]]]  # --ensemble 1: every cell its own group
+    assert manifest["cells_per_task"] == 2 and manifest["n_chunks"] == 2 and manifest["stack"] == 1
+    assert manifest["chunks"] == [[[0], [1]], [[2], [3]]]  # --stack 1: every cell its own group
     assert (workdir / "submitted.sbatch").read_text() == (workdir / "job.sbatch").read_text()
     assert f"--output={workdir}/logs/%A_%a.out" in (workdir / "job.sbatch").read_text()
     assert (workdir / "job_id").read_text().strip() == "4242"
 
 
+def test_a_manifest_written_before_the_renames_still_runs(tmp_path, capsys, monkeypatch):
+    # a manifest an older suite wrote says "ensemble" for "stack" and "n_tasks" for "n_chunks": an
+    # array task still queued when the suite was updated runs its chunk as it would have
+    from suite.launch.manifest import read_manifest
+
+    fake_sbatch(tmp_path, 'echo "4242"\n', monkeypatch)
+    root = tmp_path / "runs"
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2"]) == 0
+    (path,) = root.glob("grids/tiny/*/manifest.json")
+    new = json.loads(path.read_text())
+    old = {{"stack": "ensemble", "n_chunks": "n_tasks"}.get(k, k): v for k, v in new.items()}
+    assert "stack" not in old and (old["ensemble"], old["n_tasks"]) == (8, 2)
+    path.write_text(json.dumps(old))
+    assert read_manifest(path) == new
+    proc = run_cli("chunk", path, 1)
+    assert proc.returncode == 0, proc.stderr
+    ran = [RunDir(c["run_dir"]) for i in new["chunks"][1][0] for c in [new["cells"][i]]]
+    assert ran and all(rd.finished for rd in ran)
+    refused = run_cli("chunk", path, 2)
+    assert refused.returncode == 2 and "has chunks 0..1, not 2" in refused.stderr
+
+
 def test_big_grids_get_more_cells_per_task():
     options = SlurmOptions()
     cells = [SimpleNamespace(spec={"seed": 0, "cell": i}) for i in range(2500)]  # no two differ only in seed
-    fit_array(options, cells, ensemble=32)
+    fit_array(options, cells, stack=32)
     assert options.cells_per_task == 3
 
 
@@ -229,7 +251,7 @@ eval_every = 50
 checkpoint_every = 100
 patience = "none"
 [axes]
-"train.steps" = [4000, 1000]   # task 0: both seeds of 4000 steps as one stack; task 1: of 1000
+"train.steps" = [4000, 1000]   # array task 0: both seeds of 4000 steps as one stack; 1: of 1000
 seed = [0, 1]
 """
 
@@ -247,15 +269,15 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
     assert job.isdigit()
     (workdir,) = (root / "grids/slurmtest").iterdir()
     dirs = [RunDir(c.under(root).run_dir) for c in cells]
-    chunks = json.loads((workdir / "manifest.json").read_text())["chunks"]  # task i: its groups' cells
+    chunks = json.loads((workdir / "manifest.json").read_text())["chunks"]  # array task i: its groups' cells
     tasks = {i: [dirs[c] for group in chunk for c in group] for i, chunk in enumerate(chunks)}
     assert [len(pair) for pair in tasks.values()] == [2, 2]
     try:
-        # Each task (a stack of 2 seeds), once it runs past a checkpoint, is interrupted one way.
-        # Task 1: USR1 to its batch shell (what --signal=B:USR1 does before the time limit: the
-        # script forwards it, the run checkpoints and the script requeues itself). Task 0:
+        # Each array task (a stack of 2 seeds), once it runs past a checkpoint, is interrupted one way.
+        # Array task 1: USR1 to its batch shell (what --signal=B:USR1 does before the time limit: the
+        # script forwards it, the run checkpoints and the script requeues itself). Array task 0:
         # `scontrol requeue` (what an admin or a preemption does: SIGTERM to every process, then the
-        # job goes back to pending). The tasks need not run at the same time: a cluster may give
+        # job goes back to pending). The array tasks need not run at the same time: a cluster may give
         # them one after the other.
         interrupted = set()
 
@@ -278,36 +300,36 @@ def test_real_array_job_with_requeues_lands_every_result_equal_to_a_local_run(tm
                     requeue = subprocess.run(["scontrol", "requeue", f"{job}_0"], capture_output=True, text=True)
                     assert requeue.returncode == 0, requeue.stderr
                 interrupted.add(task)
-            # A requeued task starts again after cred_expire (10 s in start-cluster.sh). Not sooner:
+            # A requeued array task starts again after cred_expire (10 s in start-cluster.sh). Not sooner:
             # `scontrol update StartTime=now` within the requeue's second gets it killed as
             # "non-startable: Job credential revoked", and the job ends with its cells unfinished.
             return not squeue(job)
 
-        wait_until(interrupt_each_then_finish, "every task interrupted past a checkpoint, then the job gone")
+        wait_until(interrupt_each_then_finish, "every array task interrupted past a checkpoint, then the job gone")
         assert interrupted == {0, 1}
         assert all(d.finished for d in dirs), [d.status() for d in dirs]
     finally:
         subprocess.run(["scancel", job], capture_output=True)
 
     logs = [read(workdir / "logs" / f"{job}_{i}.out") for i in range(2)]  # %A_%a, appended across restarts
-    # task 0: Slurm's SIGTERM reaches Python and the shell, which forwards USR1: either comes first
+    # array task 0: Slurm's SIGTERM reaches Python and the shell, which forwards USR1: either comes first
     assert "DUE TO JOB REQUEUE" in logs[0] and re.search(r"stopped: SIG(TERM|USR1) at step", logs[0]), logs[0]
     assert "stopped: SIGUSR1 at step" in logs[1], logs[1]
     for i in (0, 1):
         assert "restart 1" in logs[i], logs[i]
         assert int(re.search(r"resuming .* from step (\d+)", logs[i]).group(1)) > 0, logs[i]
-    assert "requeueing" in logs[1]  # task 1 requeued itself
+    assert "requeueing" in logs[1]  # array task 1 requeued itself
     assert all("running 2 cells as one group" in text for text in logs)
 
     # Every cell on its own, locally: the same numbers, bit for bit (one thread per process in both)
     local_root = tmp_path / "local-runs"
-    local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root, "--ensemble", "1")
+    local = run_cli("grid", grid, "--backend", "local", "--workers", "2", "--root", local_root, "--stack", "1")
     assert local.returncode == 0, local.stderr
     for cell, rd in zip(cells, dirs):
         here = RunDir(cell.under(local_root).run_dir)
         assert metrics_text(rd.path) == metrics_text(here.path)
         ours, theirs = (json.loads((d / "result.json").read_text()) for d in (rd, here))
-        timing = {"wall_s", "steps_per_s", "git_commit", "ensemble_size", "created_utc"}  # not what
+        timing = {"wall_s", "steps_per_s", "git_commit", "stack_size", "created_utc"}  # not what
         assert {k: v for k, v in ours.items() if k not in timing} == {
             k: v for k, v in theirs.items() if k not in timing
         }

@@ -249,7 +249,7 @@ def test_members_differing_in_adam_settings_train_through_one_stacked_adam_as_th
     assert type(stack_of(specs).update) is SettingsUpdate
     n = len(specs)
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(n)]), CPU)
-    assert [r["ensemble_size"] for r in together] == [n] * n
+    assert [r["stack_size"] for r in together] == [n] * n
     for i, spec in enumerate(specs):
         train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert metrics_text(tmp_path / "stack" / str(i)) == metrics_text(tmp_path / "alone" / str(i))

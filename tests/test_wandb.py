@@ -233,7 +233,7 @@ def test_a_resumed_run_continues_its_wandb_run_and_a_fresh_run_of_the_spec_start
     attempts = offline_runs(tmp_path, first)
     assert [a["exit"] for a in attempts] == [3, 0]
     assert attempts[1]["history"][-1]["_step"] == 600 and attempts[1]["summary"]["steps"] == 600
-    fresh = cli(*args, "--out", tmp_path / "again", env=env)  # the same spec in another run dir
+    fresh = cli(*args, "--out", tmp_path / "again", env=env)  # the same spec in another run folder
     assert fresh.returncode == 0, fresh.stderr
     assert kept_id(tmp_path / "again") != first
     assert offline_run(tmp_path, kept_id(tmp_path / "again"))["config"]["spec_id"] == spec_id(
@@ -321,7 +321,7 @@ def test_the_readme_sweep_drives_suite_run(tmp_path):
     spec = json.loads((run_dir / "spec.json").read_text())
     assert spec["opt"]["name"] == "adamlr" and spec["seed"] == params["seed"]
     assert all(spec[k.split(".")[0]][k.split(".")[1]] == v for k, v in params.items() if "." in k)
-    assert kept_id(run_dir) == "agentrun"  # the agent names the W&B run; the run dir records that name
+    assert kept_id(run_dir) == "agentrun"  # the agent names the W&B run; the run folder records that name
     config = offline_run(tmp_path, "agentrun")["config"]
     assert config["spec_id"] == spec_id(spec) and config["method"] == "adamlr+none+random"
     assert config["opt.lr"] == 0.003 and config["opt"] == canonical(spec)["opt"]

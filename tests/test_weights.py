@@ -1,4 +1,4 @@
-"""Weights kept at memorization, grok step and end, and the model loaded back from a run dir."""
+"""Weights kept at memorization, grok step and end, and the model loaded back from a run folder."""
 
 import json
 
@@ -47,7 +47,7 @@ def test_a_run_keeps_its_weights_at_each_milestone_and_the_loaded_model_is_the_r
     assert not (tmp_path / "checkpoint.pt").exists()  # checkpoints go, weights stay
 
 
-def test_an_ensemble_member_keeps_the_weights_of_its_separate_run(tmp_path):
+def test_a_stack_member_keeps_the_weights_of_its_separate_run(tmp_path):
     specs = [resolve(CHOICES, CELL, seed) for seed in (0, 1)]
     together = train(as_cells(specs, [tmp_path / "e0", tmp_path / "e1"]), torch.device("cpu"))
     alone = train(as_cells([specs[1]], [tmp_path / "alone"]), torch.device("cpu"))[0]

@@ -11,13 +11,14 @@ Sections (each can be skipped):
              counted by FlopCounterMode (forward + backward; the optimizer's elementwise work is
              not counted), achieved FLOP/s and its fraction of the limit; the whole step (the
              suite's loop: sampling, evaluation and progress measures included); their ratio;
-- profile:   where a stack's step spends its time: a stack of the largest ensemble size up to 256
+- profile:   where a stack's step spends its time: a stack of the largest stack size up to 256
              under torch.profiler, the busiest host ops and GPU kernels per step, the launches,
              the batch draws, and how busy the GPU is (suite/bench/profile_section.py);
-- ensembles: runs per hour of K seeds of the default cell trained as one ensemble vs K
+- stacks:    runs per hour of K seeds of the default cell trained as one stack vs K
              sequential runs (K times the K = 1 wall), and of K members each at its own
              learning rate (as a tuning grid stacks: one Adam over the stack with a learning
-             rate per member, suite/engine/stacked_adam.py);
+             rate per member, suite/engine/stacked_adam.py); `ensembles`, its name in reports
+             written before, still reads (and --skip takes it);
 - precision: every precision the device runs (fp32 and bf16 on a CPU, natively where it has
              AVX-512 BF16 or AMX; fp32, TF32 and bf16 on CUDA), side by side: the pure step of
              the MLP and transformer at batch 512 and runs per hour of the default cell (alone
@@ -31,7 +32,7 @@ with one line. The JSON report is written at the start and again as each section
 that fails records its error and the others go on.
 
     python -m suite bench                      # ~9-11 min on 2 CPU cores; --device cuda on a GPU
-    python -m suite bench --skip probe,compile --ensembles 1,8 --steps 300   # a shorter look
+    python -m suite bench --skip probe,compile --stacks 1,8 --steps 300   # a shorter look
     python -m suite bench --quick              # the same code paths on p = 43 in seconds (the test)
 
 It prints a table on stdout (progress on stderr; the last stdout line is the report's path) and
@@ -39,7 +40,7 @@ writes a JSON report, by default runs/bench/bench-<commit>-<UTC stamp>.json, wit
 whether the checkout had uncommitted changes), torch version, device, threads, hostname, date,
 the load average at both ends, and every figure with its unit in its key (`_s`, `_flop`,
 `_flop_per_s`, `_runs_per_h`). Compare two reports to compare two commits. It uses every thread
-torch gets (set OMP_NUM_THREADS to choose); run dirs go to a temporary directory that is deleted
+torch gets (set OMP_NUM_THREADS to choose); run folders go to a temporary directory that is deleted
 afterwards. The report holds figures, not targets: the targets they are read against, and the
 reports taken so far, are in leaderboards/bench/README.md.
 
@@ -55,8 +56,8 @@ The sections in detail:
   setting); the pure step is the median of 100 after 10 warm-up steps; the whole step is
   wall_s / steps of the suite's loop over `--steps` steps, evaluating every 50, no early stop;
   overhead ratio = whole / pure.
-- ensembles: seeds 0..K-1 of the default cell trained as one ensemble for `--steps` steps
-  (`--ensembles 1,8,32`); runs per hour = K x 3600 / wall x steps / 2000, i.e. of 2000-step runs
+- stacks: seeds 0..K-1 of the default cell trained as one stack for `--steps` steps
+  (`--stacks 1,8,32`); runs per hour = K x 3600 / wall x steps / 2000, i.e. of 2000-step runs
   (the default cell groks at ~1700 steps and stops at ~2200), against K sequential runs (K times
   the K = 1 wall). The wall is the whole train() call.
 - probe: needs the probe's packages (SmolLM2, bundled).
@@ -181,7 +182,7 @@ def run_bench(device: torch.device, options: Options, out: str | Path | None = N
             "plain": lambda: measure.plain_section(options, root / "plain"),
             "steps": lambda: measure.step_section(device, options, root / "steps"),
             "profile": lambda: profile_section(device, options),
-            "ensembles": lambda: measure.ensemble_section(device, options, root / "ensembles", report),
+            "stacks": lambda: measure.stack_section(device, options, root / "stacks", report),
             "precision": lambda: precision_section(device, options, root / "precision"),
             "probe": lambda: measure.probe_section(device, root),
             "compile": lambda: measure.compile_section(device, options),
@@ -217,7 +218,7 @@ def _take(report: dict, path: Path, section: str, run) -> None:
         error = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
     else:
         error = None
-    if error:  # what the section measured before it stopped stays beside the error (the ensembles' sizes)
+    if error:  # what the section measured before it stopped stays beside the error (the stacks' sizes)
         report[section] = {**report.get(section, {}), "error": error}
         measure.log(f"{section} failed: {error}")
     write_report(report, path)

@@ -21,7 +21,8 @@ from suite.engine.measures import LOSSES
 from suite.errors import SuiteError
 from suite.specs.spec import resolve, runner_of_task, spec_id
 
-SECTIONS = ("matmul", "plain", "steps", "profile", "ensembles", "precision", "probe", "compile")
+SECTIONS = ("matmul", "plain", "steps", "profile", "stacks", "precision", "probe", "compile")
+OLD_SECTIONS = {"ensembles": "stacks"}  # a section's name before it was renamed: --skip and old reports use it
 MODELS = {"mlp": {"model": "mlp", "opt": "adam"}, "transformer": {"model": "transformer", "opt": "adamw"}}
 SAMPLERS = {"batch512": {"sampler": "random"}, "full": {"sampler": "full"}}  # random's default batch is 512
 NO_EARLY_STOP = {"train.patience": None}  # the loop runs its whole budget
@@ -36,12 +37,12 @@ class Options:
         self,
         *,
         steps: int | None = None,
-        ensembles: str | None = None,
+        stacks: str | None = None,
         skip: str = "",
         quick: bool = False,
         repeats: int | None = None,
     ):
-        self.ensembles = parse_ensembles(ensembles or ("1,2" if quick else "1,8,32"))
+        self.stacks = parse_stacks(stacks or ("1,2" if quick else "1,8,32"))
         self.skip = parse_skip(skip) | ({"probe", "compile"} if quick else set())
         self.steps = steps if steps is not None else (20 if quick else 600)  # ~8 min on 2 CPU cores
         if self.steps <= 0:
@@ -58,18 +59,18 @@ class Options:
             raise SuiteError(f"--repeats must be positive, got {self.repeats}")
 
 
-def parse_ensembles(text: str) -> list[int]:
+def parse_stacks(text: str) -> list[int]:
     try:
         sizes = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise SuiteError(f"--ensembles takes sizes like 1,8,32, got '{text}'") from None
+        raise SuiteError(f"--stacks takes sizes like 1,8,32, got '{text}'") from None
     if not sizes or min(sizes) < 1:
-        raise SuiteError(f"--ensembles takes positive sizes like 1,8,32, got '{text}'")
+        raise SuiteError(f"--stacks takes positive sizes like 1,8,32, got '{text}'")
     return sorted(set(sizes) | {1})  # K = 1 is what the others are compared with
 
 
 def parse_skip(text: str) -> set[str]:
-    skip = {part.strip() for part in text.split(",") if part.strip()}
+    skip = {OLD_SECTIONS.get(part.strip(), part.strip()) for part in text.split(",") if part.strip()}
     unknown = skip - set(SECTIONS)
     if unknown:
         raise SuiteError(f"--skip: unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
@@ -252,8 +253,8 @@ def pure_step(spec: dict, device: torch.device, options: Options, compile_model:
 
 
 def train_runs(specs: list[dict], device: torch.device, root: Path) -> tuple[float, list[dict]]:
-    """The bench's one call of the training loop: the specs (seeds of one cell: one ensemble
-    where that is exact) into fresh run dirs under root. Returns the wall seconds of the call
+    """The bench's one call of the training loop: the specs (seeds of one cell: one stack
+    where that is exact) into fresh run folders under root. Returns the wall seconds of the call
     (build, loop, writes: what a user waits for) and the results."""
     from suite.engine.train import train
     from suite.specs.cell import Cell
@@ -303,17 +304,17 @@ def step_section(device: torch.device, options: Options, root: Path) -> dict:
     return {"task": "modular", "p": spec["task"]["p"], "optimizer_flops_counted": False, "cells": cells}
 
 
-# --- 4. ensembles --------------------------------------------------------------------------------
+# --- 4. stacks -----------------------------------------------------------------------------------
 
 
-def ensemble_section(device: torch.device, options: Options, root: Path, report: dict) -> dict:
-    """K seeds of the default cell (MLP, adam, batch 512) as one ensemble vs K sequential runs; and K
+def stack_section(device: torch.device, options: Options, root: Path, report: dict) -> dict:
+    """K seeds of the default cell (MLP, adam, batch 512) as one stack vs K sequential runs; and K
     members that differ in their learning rate too (log-spaced 1e-2 down to 1e-3), as a tuning grid's
     stack trains them: one Adam over the stack with a learning rate per member (suite/engine/updates.py's
     SettingsUpdate; `python -m suite.bench.member_settings` times it against one optimizer per member).
-    Each size goes into report["ensembles"] as it is measured, so a bench stopped midway keeps the
+    Each size goes into report["stacks"] as it is measured, so a bench stopped midway keeps the
     sizes it took."""
-    section = report["ensembles"] = {
+    section = report["stacks"] = {
         "cell": "modular mlp adam random(batch 512)",
         "steps": options.steps,
         "normalised_to_steps": RUN_STEPS,
@@ -321,14 +322,14 @@ def ensemble_section(device: torch.device, options: Options, root: Path, report:
         "sizes": {},
     }
     rows = section["sizes"]
-    for k in options.ensembles:
+    for k in options.stacks:
         specs = [cell_spec({}, options, seed) for seed in range(k)]
-        log(f"ensemble K = {k}: {options.steps} steps")
-        wall, results = train_runs(specs, device, root / f"ensemble{k}")
+        log(f"stack K = {k}: {options.steps} steps")
+        wall, results = train_runs(specs, device, root / f"stack{k}")
         row = rows[str(k)] = {
             "k": k,
             "wall_s": wall,
-            "trained_as_ensemble_of": results[0]["ensemble_size"],
+            "trained_as_stack_of": results[0]["stack_size"],
             "runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
         }
         if "1" in rows:  # K sequential runs of one
@@ -336,12 +337,12 @@ def ensemble_section(device: torch.device, options: Options, root: Path, report:
             row["sequential_runs_per_h"] = k * 3600 / row["sequential_wall_s"] * (options.steps / RUN_STEPS)
             row["speedup"] = row["runs_per_h"] / row["sequential_runs_per_h"]
         if k > 1:
-            log(f"ensemble K = {k}, a learning rate per member: {options.steps} steps")
+            log(f"stack K = {k}, a learning rate per member: {options.steps} steps")
             mixed = [cell_spec({}, options, i, {"opt.lr": 1e-2 * 10 ** (-i / (k - 1))}) for i in range(k)]
             wall, mixed_results = train_runs(mixed, device, root / f"mixed{k}")
             row |= {
                 "lr_per_member_wall_s": wall,
-                "lr_per_member_trained_as_ensemble_of": mixed_results[0]["ensemble_size"],
+                "lr_per_member_trained_as_stack_of": mixed_results[0]["stack_size"],
                 "lr_per_member_runs_per_h": k * 3600 / wall * (options.steps / RUN_STEPS),
             }
     return section

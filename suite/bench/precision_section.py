@@ -1,7 +1,7 @@
 """The bench's precision section: each precision this machine runs (suite.engine.precision.supported),
 side by side in one run: the pure step of the MLP (adam) and the transformer (adamw) at batch 512
 with its FLOP/s, and runs per hour of the default cell trained alone and as a stack of the
-largest --ensembles size. Speed-ups are against fp32 measured in the same section."""
+largest --stacks size. Speed-ups are against fp32 measured in the same section."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from suite.engine import precision
 
 def precision_section(device: torch.device, options: Options, root: Path) -> dict:
     found = precision.supported(device)
-    sizes = sorted({1, max(options.ensembles)})
+    sizes = sorted({1, max(options.stacks)})
     rows = {}
     for name, how in found.items():
         row = {"how": how, "steps": {}, "runs_per_h": {}}

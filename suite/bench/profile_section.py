@@ -1,6 +1,6 @@
 """The bench's profile section: where a stack's training step spends its time.
 
-A stack of the default cell, of the bench's largest ensemble size up to 256 (the GPU target's
+A stack of the default cell, of the bench's largest stack size up to 256 (the GPU target's
 stack), runs `train_step` (suite/engine/train.py: batch, forward, loss, backward, update; no
 evaluation): warm-up steps, 30 steps timed without the profiler (`step_s`), then 30 more under
 torch.profiler. Per step, from the profile: the host's ops by self CPU time (the profiler's own cost
@@ -31,7 +31,7 @@ def profile_section(device: torch.device, options: Options) -> dict:
     from suite.engine.plan import stacks
     from suite.engine.train import train_step
 
-    k = max([size for size in options.ensembles if size <= LARGEST_K] or [1])
+    k = max([size for size in options.stacks if size <= LARGEST_K] or [1])
     torch.set_flush_denormal(True)  # as the loop does
     members = [Member.of(build(cell_spec({}, options, seed), device, updates=False)) for seed in range(k)]
     (stack,) = stacks(members, device)  # the default cell's seeds make one stack

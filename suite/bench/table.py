@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suite.bench.measure import SECTIONS
+from suite.bench.measure import OLD_SECTIONS, SECTIONS
 from suite.bench.precision_section import format_precision
 
 
@@ -14,9 +14,33 @@ def _load(loadavg) -> str:
     return ", ".join(f"{x:.1f}" for x in loadavg)
 
 
+# a stacks row's keys before they were renamed (reports written before, such as leaderboards/bench/'s)
+OLD_ROW_KEYS = {
+    "trained_as_ensemble_of": "trained_as_stack_of",
+    "lr_per_member_trained_as_ensemble_of": "lr_per_member_trained_as_stack_of",
+}
+
+
+def _renamed(names: dict, d: dict) -> dict:
+    """d with its keys under their names now (a key under its new name wins over its old one)."""
+    return {names.get(k, k): v for k, v in d.items() if names.get(k) not in d}
+
+
+def current_names(report: dict) -> dict:
+    """A report written before its stacks section was renamed (`ensembles`, `trained_as_ensemble_of`)
+    as one written now."""
+    report = _renamed(OLD_SECTIONS, report)
+    stacks = report.get("stacks")
+    if isinstance(stacks, dict) and isinstance(stacks.get("sizes"), dict):
+        sizes = {k: _renamed(OLD_ROW_KEYS, row) for k, row in stacks["sizes"].items()}
+        report["stacks"] = stacks | {"sizes": sizes}
+    return report
+
+
 def format_report(report: dict) -> str:
+    report = current_names(report)
     lines = _header(report)
-    # a section that failed shows what it measured before (the ensembles' sizes), if anything
+    # a section that failed shows what it measured before (the stacks' sizes), if anything
     measured = {k: v for k, v in report.items() if not (isinstance(v, dict) and set(v) == {"error"})}
     for section, lines_of in FORMATS.items():
         if section in measured:
@@ -81,9 +105,9 @@ def _steps(s: dict) -> list[str]:
     ]
 
 
-def _ensembles(e: dict) -> list[str]:
+def _stacks(e: dict) -> list[str]:
     lines = [
-        f"ensembles, {e['cell']}, {e['steps']} steps; runs/hour of {e['normalised_to_steps']}-step runs "
+        f"stacks, {e['cell']}, {e['steps']} steps; runs/hour of {e['normalised_to_steps']}-step runs "
         "(the default cell groks at ~1700 steps and stops at ~2200)",
         f"  {'K':>5}{'trained as':>14}{'wall s':>9}{'runs/h':>10}{'sequential runs/h':>19}{'speed-up':>10}"
         f"{'lr per member runs/h':>22}",
@@ -91,7 +115,7 @@ def _ensembles(e: dict) -> list[str]:
     for r in e["sizes"].values():
         mixed = f"{r['lr_per_member_runs_per_h']:>22.0f}" if "lr_per_member_runs_per_h" in r else f"{'-':>22}"
         lines.append(
-            f"  {r['k']:>5}{'ensemble ' + str(r['trained_as_ensemble_of']):>14}{r['wall_s']:>9.1f}"
+            f"  {r['k']:>5}{'stack ' + str(r['trained_as_stack_of']):>14}{r['wall_s']:>9.1f}"
             f"{r['runs_per_h']:>10.0f}{r['sequential_runs_per_h']:>19.0f}{r['speedup']:>9.2f}x{mixed}"
         )
     return lines + ["  sequential = K times the K = 1 wall; lr per member: the K members each at their own lr"]
@@ -143,7 +167,7 @@ FORMATS = {
     "plain": _plain,
     "steps": _steps,
     "profile": _profile,
-    "ensembles": _ensembles,
+    "stacks": _stacks,
     "precision": format_precision,
     "probe": _probe,
     "compile": _compile,

@@ -1,4 +1,4 @@
-"""`python -m suite bench`: step times, FLOP/s against the matmul limit, ensemble runs per hour, probe and compile."""
+"""`python -m suite bench`: step times, FLOP/s against the matmul limit, stacks' runs per hour, probe and compile."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ from suite.commands import flags
 def add(sub) -> None:
     p = sub.add_parser(
         "bench",
-        help="measure step times, FLOP/s against the matmul limit, ensemble runs/hour, probe and compile",
+        help="measure step times, FLOP/s against the matmul limit, stacks' runs/hour, probe and compile",
         description="Measure the suite on this machine: a table on stdout, progress on stderr. The last "
         "stdout line is the path of the JSON report.",
     )
     flags.device(p)
     p.add_argument("--out", help="JSON report (default runs/bench/bench-<commit>-<UTC stamp>.json)")
-    p.add_argument("--steps", type=int, help="loop length of the whole-step and ensemble runs (default 600; quick 20)")
-    p.add_argument("--ensembles", help="ensemble sizes K, comma-separated (default 1,8,32; quick 1,2)")
+    p.add_argument("--steps", type=int, help="loop length of the whole-step and stack runs (default 600; quick 20)")
+    p.add_argument("--stacks", metavar="K,...", help="stack sizes K, comma-separated (default 1,8,32; quick 1,2)")
+    flags.old_name(p, "--ensembles", "--stacks")
     p.add_argument(
         "--skip",
         default="",
-        help="sections to skip, comma-separated: matmul,plain,steps,profile,ensembles,precision,probe,compile",
+        help="sections to skip, comma-separated: matmul,plain,steps,profile,stacks,precision,probe,compile",
     )
     p.add_argument(
         "--quick", action="store_true", help="the same code paths on a tiny task in seconds (skips probe and compile)"
@@ -39,9 +40,7 @@ def run(args) -> int:
     from suite.bench.table import format_report
     from suite.engine.train import resolve_device
 
-    options = Options(
-        steps=args.steps, ensembles=args.ensembles, skip=args.skip, quick=args.quick, repeats=args.repeats
-    )
+    options = Options(steps=args.steps, stacks=args.stacks, skip=args.skip, quick=args.quick, repeats=args.repeats)
     device = resolve_device(args.device)  # every flag is checked before anything runs
     report, path = run_bench(device, options, args.out)  # written as it goes: an interruption keeps what was measured
     print(format_report(report))

@@ -1,6 +1,30 @@
-"""Flags that several subcommands share."""
+"""Flags that several subcommands share, and old names of flags kept working."""
 
 from __future__ import annotations
+
+import argparse
+import sys
+
+
+class OldName(argparse.Action):
+    """A flag's old name, kept working: hidden from --help, it stores into the new flag's dest and
+    says once, on stderr, that it is now the new flag (`--ensemble is now --stack`)."""
+
+    def __init__(self, option_strings, dest, *, new: str, **kwargs):
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.new, self.said = new, False  # a parser is made per command line: said once per command
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not self.said:
+            self.said = True
+            print(f"{option_string} is now {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def old_name(p, old: str, new: str, **kwargs) -> None:
+    """Accept `old` as `new` (same dest, type and metavar): a renamed flag that old scripts still pass."""
+    dest = new.lstrip("-").replace("-", "_")
+    p.add_argument(old, action=OldName, new=new, dest=dest, default=argparse.SUPPRESS, **kwargs)
 
 
 def device(p) -> None:
@@ -8,7 +32,7 @@ def device(p) -> None:
 
 
 def root(p) -> None:
-    p.add_argument("--root", default="runs", help="where run directories go (default runs/)")
+    p.add_argument("--root", default="runs", help="where run folders go (default runs/)")
 
 
 def torch_compile(p) -> None:
@@ -48,7 +72,7 @@ def backend(p) -> None:
     rerun_changed(p)
     p.add_argument("--workers", type=int, default=1, help="local: processes at once, one group each (default 1)")
     p.add_argument(
-        "--ensemble",
+        "--stack",
         type=int,
         default=8,
         metavar="K",
@@ -57,6 +81,7 @@ def backend(p) -> None:
         "cores K = 8 gave the most runs per hour, see `suite bench`; on a GPU try 32; "
         "1: every cell on its own)",
     )
+    old_name(p, "--ensemble", "--stack", type=int, metavar="K")
     root(p)
     device(p)
     p.add_argument(

@@ -1,4 +1,4 @@
-"""`python -m suite run`: train one cell (or its seeds, as one stack) into its run dirs."""
+"""`python -m suite run`: train one cell (or its seeds, as one stack) into its run folders."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def add(sub) -> None:
         "--seeds",
         metavar="LIST",
         help="several seeds, e.g. 0-31 or 0,1,2: trained as one stack (torch.func) when that is "
-        "exact, each into its own run dir",
+        "exact, each into its own run folder",
     )
     p.add_argument("--steps", type=int, help="update budget (train.steps)")
     p.add_argument(
@@ -44,7 +44,7 @@ def add(sub) -> None:
         help="any component parameter, e.g. --set op=mul --set opt.lr=1e-3 (repeatable); a KIND.KEY "
         "setting also as --KIND.KEY VALUE or --KIND.KEY=VALUE, e.g. --opt.lr 1e-3 (W&B sweeps)",
     )
-    p.add_argument("--out", help="run directory (default: derived from the spec under --root)")
+    p.add_argument("--out", help="run folder (default: derived from the spec under --root)")
     flags.root(p)
     flags.device(p)
     flags.torch_compile(p)
@@ -121,7 +121,7 @@ def resolve_specs(args) -> list[dict]:
     default = [like_seed if like_seed is not None else 0]
     seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed] if args.seed is not None else default
     if args.out and len(seeds) > 1:
-        raise SuiteError("--out names one run dir; with several --seeds each seed gets its own under --root")
+        raise SuiteError("--out names one run folder; with several --seeds each seed gets its own under --root")
     specs = [resolve(choices, settings, seed) for seed in seeds]
     from_file = [key for key in runs_loaded_code(specs[0]) if not {key, key.partition(".")[2]} & typed]
     if args.like and from_file:

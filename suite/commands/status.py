@@ -55,5 +55,7 @@ def status_lines(cells: list, root: str | Path, show_done: bool = False) -> list
         lines.append(line)
     lines.append(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s == "done"))
     if cells and counts["missing"] == len(cells):
-        print(f"none of them has a run dir under {root}: if the grid ran elsewhere, pass that --root", file=sys.stderr)
+        print(
+            f"none of them has a run folder under {root}: if the grid ran elsewhere, pass that --root", file=sys.stderr
+        )
     return lines

@@ -47,7 +47,7 @@ class Stack:
 
     def _restore(self, states: list[dict]) -> None:
         """The optimizer, filter and running accuracy from the members' checkpoints (their models,
-        samplers and generators were restored as they claimed their run dirs)."""
+        samplers and generators were restored as they claimed their run folders)."""
         try:
             self.update.load(states)
         except Exception as err:  # noqa: BLE001 - read, but not these runs': any failure says so

@@ -9,7 +9,7 @@ Adam-LR, Grokfast) then makes each member's update the one its separate run woul
 run of such a cell is the stack of one, and on CPU a member of a larger stack makes its matrix
 products alone too (Stacked.forward), so it takes the same kernels: on CPU with one thread the
 results are equal bit for bit; with more threads or on a GPU a kernel may split a sum differently
-for another stacked shape, and they agree to float rounding (tests/test_ensemble.py, README "Many
+for another stacked shape, and they agree to float rounding (tests/test_stack.py, README "Many
 seeds at once").
 
 `Alone(model)` is one model as it is, for a member that cannot stack exactly (suite/engine/plan.py

@@ -11,7 +11,7 @@ The loop takes cells (suite/specs/cell.py: a spec with its seed, and its run fol
 that differ only in their seed and their task's, optimizer's and filter's settings trains as one
 stack (K members, parameters stacked, forward vmapped: suite/engine/stacked.py) when that is exact and
 their tensors have the same shapes; as several stacks, or one member after the other, otherwise
-(suite/engine/plan.py decides, once, up front). Every member keeps its own data, batches, run dir,
+(suite/engine/plan.py decides, once, up front). Every member keeps its own data, batches, run folder,
 milestones and early stop; a single run is the stack of one. The members own their run folders
 (suite/engine/member.py); the stack computes (suite/engine/stack.py).
 """
@@ -76,7 +76,7 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def train(cells: list[Cell], device: torch.device, compile: bool = False) -> list[dict]:
-    """Train the cells into their run dirs and return their results (each also written to its
+    """Train the cells into their run folders and return their results (each also written to its
     run_dir/result.json). compile: the training step's forward through torch.compile (evaluation
     stays eager: its shapes vary)."""
     with precision.denormals_flushed():

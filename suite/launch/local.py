@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from suite.launch.grid import Grid
-from suite.launch.manifest import FULL, WORKER_ENV, new_submission_dir, write_manifest
+from suite.launch.manifest import FULL, WORKER_ENV, new_submission_dir, read_manifest, write_manifest
 from suite.results.result import headline
 from suite.results.rundir import RunDir, check_writable, read_json
 from suite.specs.cell import Cell
@@ -43,20 +43,20 @@ def run_local(
     workers: int,
     device: str,
     wandb: str,
-    ensemble: int,
+    stack: int,
     compile: bool,
 ) -> int:
-    """Run the chunks (whole groups of at most `ensemble` cells, and of an even share of them: every
+    """Run the chunks (whole groups of at most `stack` cells, and of an even share of them: every
     worker gets some) in separate processes, `workers` at a time. SIGINT/SIGTERM:
     every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
     failed, 3 if stopped."""
     check_local(root, device, cells)
     # groups no bigger than an even share of the cells: 5 final seeds of one cell made one group, one
     # process, and the other workers sat idle through a tune's longest phase
-    ensemble = min(ensemble, math.ceil(len(cells) / workers))
+    stack = min(stack, math.ceil(len(cells) / workers))
     workdir = new_submission_dir(root, grid.name)
     manifest = write_manifest(
-        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, ensemble=ensemble, compile=compile
+        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, stack=stack, compile=compile
     )
     pool = _Workers(manifest, cells, workers)
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -111,7 +111,7 @@ class _Workers:
 
     def __init__(self, manifest: Path, cells: list[Cell], workers: int):
         self.manifest, self.cells, self.workers = manifest, cells, workers
-        self.chunks = [[i for group in chunk for i in group] for chunk in read_json(manifest)["chunks"]]
+        self.chunks = [[i for group in chunk for i in group] for chunk in read_manifest(manifest)["chunks"]]
         self.pending, self.running = list(range(len(self.chunks))), {}
         self.counts = {"done": 0, "failed": 0, "stopped": 0, "skipped": 0, "not run (disk full)": 0}
         self.stopped = []

@@ -2,14 +2,16 @@
 that runs them on this machine: suite/launch/local.py).
 
 Cells that differ only in their seed and their task's, optimizer's and filter's settings form a
-group (at most `ensemble` cells), which one call of the loop trains as one stack (suite/engine/plan.py):
-the same computation as separate runs.
+group (at most `stack` cells, the grid command's --stack), which one call of the loop trains as one
+stack (suite/engine/plan.py): the same computation as separate runs.
 A grid submission writes a manifest into ROOT/grids/<grid>/<stamp>/: the cells still to run
-(each with its spec and run dir) and the chunks, each a list of groups of about
+(each with its spec and run folder) and the chunks, each a list of groups of about
 cells_per_task cells (a group is never split). `python -m suite chunk MANIFEST I` runs chunk
 I, group after group, skipping finished cells. The local backend starts one such process per
 chunk, N at a time, each with one torch thread (suite/launch/local.py); a Slurm array task is one chunk
-(suite/launch/slurm.py). Results never go through the manifest: each cell writes its own run dir.
+(suite/launch/slurm.py). Results never go through the manifest: each cell writes its own run folder.
+A manifest written before a key was renamed ("ensemble", now "stack"; "n_tasks", now "n_chunks")
+reads as one written now (read_manifest).
 """
 
 from __future__ import annotations
@@ -136,22 +138,22 @@ def new_submission_dir(root: str | Path, grid_name: str) -> Path:
     return path
 
 
-def groups(cells: list[Cell], ensemble: int) -> list[list[int]]:
+def groups(cells: list[Cell], stack: int) -> list[list[int]]:
     """Indices of the cells that differ only in their seed and their task's, optimizer's and
-    filter's settings (suite.specs.spec.shared), in grid order, at most `ensemble` per group: each group
+    filter's settings (suite.specs.spec.shared), in grid order, at most `stack` per group: each group
     trains as one stack (or as several, when the settings change a tensor's size)."""
     by_rest: dict[str, list[int]] = {}
     for i, cell in enumerate(cells):
         rest = json.dumps(shared(cell.spec), sort_keys=True)
         by_rest.setdefault(rest, []).append(i)
-    return [group[j : j + ensemble] for group in by_rest.values() for j in range(0, len(group), ensemble)]
+    return [group[j : j + stack] for group in by_rest.values() for j in range(0, len(group), stack)]
 
 
-def plan_chunks(cells: list[Cell], cells_per_task: int, ensemble: int) -> list[list[list[int]]]:
+def plan_chunks(cells: list[Cell], cells_per_task: int, stack: int) -> list[list[list[int]]]:
     """Chunks (one per process or array task) of whole groups, each of at least
     cells_per_task cells where the groups allow it."""
     chunks: list[list[list[int]]] = []
-    for group in groups(cells, ensemble):
+    for group in groups(cells, stack):
         if not chunks or sum(map(len, chunks[-1])) >= cells_per_task:
             chunks.append([])
         chunks[-1].append(group)
@@ -167,11 +169,11 @@ def write_manifest(
     device: str,
     wandb: str,
     cells_per_task: int,
-    ensemble: int,
+    stack: int,
     compile: bool,
 ) -> Path:
     root = Path(root).resolve()
-    chunks = plan_chunks(cells, cells_per_task, ensemble)
+    chunks = plan_chunks(cells, cells_per_task, stack)
     manifest = {
         "grid": grid.name,
         "source": str(grid.path.resolve()),
@@ -181,13 +183,25 @@ def write_manifest(
         "wandb": wandb,
         "compile": compile,
         "cells_per_task": cells_per_task,
-        "ensemble": ensemble,
-        "n_tasks": len(chunks),
+        "stack": stack,
+        "n_chunks": len(chunks),
         "chunks": chunks,
         "cells": [c.to_json() | {"run_dir": str(c.run_dir.resolve())} for c in cells],  # read from any folder
     }
     write_json(workdir / "manifest.json", manifest)
     return workdir / "manifest.json"
+
+
+OLD_KEYS = {"ensemble": "stack", "n_tasks": "n_chunks"}  # a manifest's keys before they were renamed
+
+
+def read_manifest(path: str | Path) -> dict:
+    """A manifest, its keys under their names now: one written before a rename reads as one
+    written now (a key under its new name wins over its old one)."""
+    manifest = read_json(path)
+    if not isinstance(manifest, dict):
+        raise ValueError("not a JSON object")
+    return {OLD_KEYS.get(k, k): v for k, v in manifest.items() if OLD_KEYS.get(k) not in manifest}
 
 
 _stop_requested: list[str] = []
@@ -211,11 +225,11 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
     from suite.engine.train import resolve_device
 
     try:
-        manifest = read_json(manifest_path)
+        manifest = read_manifest(manifest_path)
     except (FileNotFoundError, ValueError) as err:
         raise SuiteError(f"cannot read manifest {manifest_path}: {err}") from None
-    if not 0 <= index < manifest["n_tasks"]:
-        raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_tasks'] - 1}, not {index}")
+    if not 0 <= index < manifest["n_chunks"]:
+        raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_chunks'] - 1}, not {index}")
     device = resolve_device(manifest["device"])
     failed = 0
     for group in manifest["chunks"][index]:
@@ -227,7 +241,7 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
             print(f"stopped by {_stop_requested[0]} before {pending[0].run_dir}", file=sys.stderr)
             return 3
         code = _run_group(manifest, cells, pending, device)
-        if code in (3, FULL):  # preempted: the rest runs when the task is requeued; a full disk: nothing would
+        if code in (3, FULL):  # preempted: the rest runs when the array task is requeued; a full disk: nothing would
             return code
         failed += code
     return 1 if failed else 0

@@ -23,7 +23,7 @@ from suite.launch.manifest import new_submission_dir, plan_chunks, write_manifes
 _INSTALLED = Path(__file__).resolve().parents[1] / "slurm_template" / "array.sbatch"  # from a wheel
 TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parents[2] / "slurm" / "array.sbatch"
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0..1000)
-PROGRESS_MARGIN_S = 240  # the least a task should train between its start and its USR1 (start-up is ~10-60 s)
+PROGRESS_MARGIN_S = 240  # the least an array task should train between its start and its USR1 (start-up is ~10-60 s)
 
 
 def time_seconds(text: str) -> int | None:
@@ -58,7 +58,7 @@ class SlurmOptions:
     max_parallel: int | None = None  # array tasks running at once (%N)
     cells_per_task: int = 1
     signal_seconds: int = 120  # USR1 this long before the time limit (it may come up to 60 s early)
-    max_requeues: int = 3  # a task requeued this often stops requeueing itself (submitit's default)
+    max_requeues: int = 3  # an array task requeued this often stops requeueing itself (submitit's default)
     sbatch: list[str] = field(default_factory=list)  # extra #SBATCH lines, e.g. "--constraint=a100"
     setup: list[str] = field(default_factory=list)  # shell lines before Python starts, e.g. "module load cuda"
 
@@ -104,7 +104,7 @@ class SlurmOptions:
         if limit is not None and limit <= self.signal_seconds + PROGRESS_MARGIN_S:
             raise SuiteError(
                 f"slurm time {self.time} is not longer than the USR1 warning ({self.signal_seconds} s before "
-                f"the limit) plus {PROGRESS_MARGIN_S} s: each task would be signalled before it made "
+                f"the limit) plus {PROGRESS_MARGIN_S} s: each array task would be signalled before it made "
                 "progress, and requeue forever"
             )
 
@@ -140,7 +140,7 @@ def _sbatch_option(line: str) -> str:
 
 
 def render(
-    grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE, ensemble: int = 1
+    grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE, stack: int = 1
 ) -> str:
     try:
         text = Path(template).read_text()
@@ -154,7 +154,7 @@ def render(
         "cells_per_task": str(options.cells_per_task),
         "sbatch_lines": "\n".join(
             options.sbatch_lines(
-                len(plan_chunks(cells, options.cells_per_task, ensemble)), workdir / "logs", f"suite-{grid.name}"
+                len(plan_chunks(cells, options.cells_per_task, stack)), workdir / "logs", f"suite-{grid.name}"
             )
         ),
         "signal_seconds": str(options.signal_seconds),
@@ -173,14 +173,14 @@ def render(
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", fill, text)
 
 
-def fit_array(options: SlurmOptions, cells: list[Cell], ensemble: int) -> None:
-    """More cells per task when the array would pass Slurm's default MaxArraySize."""
-    n = len(plan_chunks(cells, options.cells_per_task, ensemble))
+def fit_array(options: SlurmOptions, cells: list[Cell], stack: int) -> None:
+    """More cells per array task when the array would pass Slurm's default MaxArraySize."""
+    n = len(plan_chunks(cells, options.cells_per_task, stack))
     if n > MAX_ARRAY_TASKS:
         options.cells_per_task = -(-len(cells) // MAX_ARRAY_TASKS)
         print(
             f"note: {len(cells)} cells: {options.cells_per_task} cells per array task to stay within "
-            f"{MAX_ARRAY_TASKS} tasks",
+            f"{MAX_ARRAY_TASKS} array tasks",
             file=sys.stderr,
         )
 
@@ -203,19 +203,19 @@ def submit(
     sbatch: str | None,
     device: str,
     wandb: str,
-    ensemble: int,
+    stack: int,
     compile: bool = False,
     template: Path = TEMPLATE,
 ) -> str:
     """Write the manifest and script and submit them with `sbatch`; returns the job id.
     sbatch None (a dry run): return the script, write nothing."""
-    fit_array(options, cells, ensemble)
+    fit_array(options, cells, stack)
     if sbatch is None:
         placeholder = Path(root).resolve() / "grids" / grid.name / "<submission>"
-        return render(grid, options, cells, placeholder, template, ensemble)
+        return render(grid, options, cells, placeholder, template, stack)
     workdir = new_submission_dir(root, grid.name)
     try:
-        script = render(grid, options, cells, workdir, template, ensemble)
+        script = render(grid, options, cells, workdir, template, stack)
         write_manifest(
             workdir,
             grid,
@@ -224,7 +224,7 @@ def submit(
             device=device,
             wandb=wandb,
             cells_per_task=options.cells_per_task,
-            ensemble=ensemble,
+            stack=stack,
             compile=compile,
         )
         (workdir / "job.sbatch").write_text(script)

@@ -14,7 +14,7 @@ def check_flags(args) -> None:
     """The flags grid and tune share, checked once, before anything is planned or written."""
     from suite.launch.tracking import check_mode
 
-    for flag, value in (("--ensemble", args.ensemble), ("--workers", args.workers)):  # Slurm's: SlurmOptions
+    for flag, value in (("--stack", args.stack), ("--workers", args.workers)):  # Slurm's: SlurmOptions
         if value < 1:
             raise SuiteError(f"{flag} must be at least 1, got {value}")
     check_mode(args.wandb)  # here, not in every cell's process (an error.json each)
@@ -43,7 +43,7 @@ def run_grid(args, g, root) -> int:
         workers=args.workers,
         device=args.device,
         wandb=args.wandb,
-        ensemble=args.ensemble,
+        stack=args.stack,
         compile=args.compile,
     )
 
@@ -108,22 +108,23 @@ def _slurm(args, g, root) -> int:
         sbatch=sbatch,
         device=args.device,
         wandb=args.wandb,
-        ensemble=args.ensemble,
+        stack=args.stack,
         compile=args.compile,
         template=Path(args.template) if args.template else TEMPLATE,
     )
     if options.time is None:
         print(
-            "warning: no --time (or [slurm] time): the partition's default limit applies, and each task "
+            "warning: no --time (or [slurm] time): the partition's default limit applies, and each array task "
             f"checkpoints only when Slurm's USR1 comes, {options.signal_seconds} s before it",
             file=sys.stderr,
         )
     if args.dry_run:
         print(out, end="")
         return 0
-    n_tasks = len(manifest.plan_chunks(todo, options.cells_per_task, args.ensemble))
+    n_chunks = len(manifest.plan_chunks(todo, options.cells_per_task, args.stack))
     print(
-        f"{summary}; submitted array job {out} ({n_tasks} tasks); follow with: python -m suite status {args.grid_file}",
+        f"{summary}; submitted array job {out} ({n_chunks} array tasks); follow with: "
+        f"python -m suite status {args.grid_file}",
         file=sys.stderr,
     )
     print(out)

@@ -5,7 +5,7 @@ off). The usual environment variables apply: WANDB_PROJECT (default "grokking-su
 WANDB_ENTITY, WANDB_DIR (where offline runs go), WANDB_API_KEY. On compute nodes without
 network use offline, then `wandb sync <WANDB_DIR>/wandb/offline-run-*` from a machine that has it.
 
-One W&B run per run dir: group = the problem (the cell without its method and seed, split as the
+One W&B run per run folder: group = the problem (the cell without its method and seed, split as the
 board splits a run: every method's seeds of one problem in one group), job_type = the method
 (optimizer+filter+sampler; for a tuned grid's run, the method it was tuned as, so that tuned AdamW
 and Grokfast's control differ), config = the full spec plus spec_id, cell_id, method, grid and
@@ -17,7 +17,7 @@ artifact. A number probe is a W&B run too (job_type = its task): per layer `numb
 `numbers/pls_r2`, ... logged at step = layer, the layer with the best PLS R^2 and its scores in the
 summary, and result.json, probe.csv and its plots as the artifact. A W&B workspace that reads like the leaderboard:
 group by problem, color by job_type, chart val_acc against step, sort by time_to_target. The W&B run id is made at
-the run's first start and kept in its run dir (wandb_id.txt), so a preempted and requeued run
+the run's first start and kept in its run folder (wandb_id.txt), so a preempted and requeued run
 goes on in the same W&B run (resume="allow"), while a fresh run of the same spec (another run
 dir, or the same one removed and run again) gets its own. Under a sweep agent W&B takes the
 agent's id instead, and that is the one kept. The runner starts W&B before
@@ -240,7 +240,7 @@ class WandbTracker:
         self.id_kept = self.finished or (self.run.id == run_id and (self.run_dir / ID_FILE).exists())
 
     def keep_id(self) -> None:
-        """Write the W&B run's id into the run dir once the run is under way there (the loop has
+        """Write the W&B run's id into the run folder once the run is under way there (the loop has
         made the dir), so that bad input found while building still leaves nothing behind."""
         if not self.id_kept:
             write_atomic(self.run_dir / ID_FILE, self.run.id + "\n")
@@ -290,7 +290,7 @@ class WandbTracker:
         for name in ("result.json", "metrics.jsonl", "probe.csv", "probe_layers.png", "probe_pc1.png"):
             if (self.run_dir / name).exists():
                 artifact.add_file(str(self.run_dir / name), name=name)
-        with tempfile.TemporaryDirectory() as tmp:  # the plot goes to W&B only: a run dir holds results
+        with tempfile.TemporaryDirectory() as tmp:  # the plot goes to W&B only: a run folder holds results
             if "train" in self.spec and (png := self._curves_png()) is not None:
                 (Path(tmp) / "curves.png").write_bytes(png)
                 artifact.add_file(str(Path(tmp) / "curves.png"), name="curves.png")

@@ -237,7 +237,7 @@ def _reached(run_dir: RunDir, spec: dict) -> Milestones:
     if not records or not all(_evaluation(r) for r in records):
         raise UnreadableFile(
             f"{path} {'holds no evaluations' if not records else 'holds a line that is not an evaluation'}, "
-            "though the run finished: delete its run dir to run it again"
+            "though the run finished: delete its run folder to run it again"
         )
     return Milestones.of(records, *_targets(spec))
 

@@ -6,7 +6,7 @@
 The output dir lists what the last run wrote in generated.txt: the next run drops files it no
 longer writes, and refuses (before writing anything) to overwrite a file not on that list.
 
-Everything comes from the run directories the suite writes (result.json, metrics.jsonl),
+Everything comes from the run folders the suite writes (result.json, metrics.jsonl),
 never from a tracker. The output is a pure function of those files: rows are sorted,
 numbers have fixed formats, and headers record the command and the git commits stored in
 the results (not the time, not the current commit), so running the command again over the

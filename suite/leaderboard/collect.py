@@ -98,8 +98,8 @@ class Collection:
     runs: pd.DataFrame  # one row per training run
     cells: dict  # cell id -> settings ("task.p": 97, ...)
     methods: dict  # method id -> settings ("opt.name": "adam", ...)
-    metrics: dict = field(default_factory=dict)  # run dir -> DataFrame of metrics.jsonl
-    result_of: dict = field(default_factory=dict)  # run dir -> its result.json
+    metrics: dict = field(default_factory=dict)  # run folder -> DataFrame of metrics.jsonl
+    result_of: dict = field(default_factory=dict)  # run folder -> its result.json
 
     @cached_property
     def method_label(self) -> MethodLabels:
@@ -146,7 +146,7 @@ def collect(root: str | Path) -> Collection:
 
 
 def _results(root: Path):
-    """(run dir relative to root, runner, result) of every readable result.json, each spec once."""
+    """(run folder relative to root, runner, result) of every readable result.json, each spec once."""
     seen = set()
     for path in result_files(root):
         try:

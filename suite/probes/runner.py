@@ -14,7 +14,7 @@ indexed in the paper's code), and per layer:
 
 Mean and std over the runs per layer; the best layer by EV (the paper's PCA row), by R^2 (its
 PLS row), and by EV among the layers whose PC1 orders the values (rho >= min_rho). Written to
-the run dir: result.json (last), probe.csv, probe_layers.png, probe_pc1.png.
+the run folder: result.json (last), probe.csv, probe_layers.png, probe_pc1.png.
 
 result.json holds `numbers` and `letters`, each with `layers` (per layer `pca_ev`, `pls_r2`,
 `rho`, `beta`, `rho_within`, `pls_rho`, `pls_beta`, each `{mean, std}`), `best` and

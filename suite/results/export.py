@@ -1,13 +1,14 @@
 """`python -m suite export ROOT [--out DIR]`: every finished run under ROOT as tables pandas reads.
 
-- runs.csv, runs.parquet: one row per result.json under ROOT (recursively): `run` (its run dir,
+- runs.csv, runs.parquet: one row per result.json under ROOT (recursively): `run` (its run folder,
   relative to ROOT), `runner` (train or probe, suite.results.result.runner_of), `cell_id` (the spec
   without its seed), `grid` and `experiment` (what asked for the run; empty for `suite run`,
   probes and results older than these fields), the spec flattened into
   columns (`task.name`, `task.p`, `opt.lr`, `train.steps`, `seed`, ...; a list such as
   `opt.betas` as JSON text) and the result's scalar fields beside them (`grok_step`,
-  `final_val_acc`, `wall_s`, ...; nested ones, such as a probe's per-layer table, stay in
-  result.json). The same spec found twice is two rows with one `run_id`.
+  `final_val_acc`, `wall_s`, `stack_size`, ...; nested ones, such as a probe's per-layer table, stay
+  in result.json; a field renamed since an older run was written, such as its `ensemble_size`, under
+  its name now). The same spec found twice is two rows with one `run_id`.
 - curves.csv, curves.parquet: those runs' metrics.jsonl in long format, one row per
   (run, step, metric, value).
 - probes.csv, probes.parquet (when some run is a number probe): every probe run's probe.csv, one
@@ -32,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.errors import SuiteError
-from suite.results.result import has_full_spec, runner_of
+from suite.results.result import current_fields, has_full_spec, runner_of
 from suite.results.rundir import RunDir, check_writable, read_json, read_text, result_files, write_atomic
 from suite.specs.spec import cell_id
 
@@ -48,7 +49,7 @@ def _read_result(path: Path) -> dict:
     result = read_json(path)
     if not has_full_spec(result):
         raise ValueError("not a result of this suite (no full spec)")
-    return result
+    return current_fields(result)  # an older result's renamed fields in the same columns as a newer one's
 
 
 def _evaluations(run_dir: Path) -> list[dict]:

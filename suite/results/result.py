@@ -126,7 +126,7 @@ def provenance(size: int, device, compile: bool) -> dict:
     import torch
 
     return {
-        "ensemble_size": size,
+        "stack_size": size,
         "device": str(device),
         "compiled": compile,
         "git_commit": git_commit(),
@@ -135,6 +135,23 @@ def provenance(size: int, device, compile: bool) -> dict:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         **machine(device),
     }
+
+
+# result.json's fields as written before they were renamed, and their names now: "ensemble_size" (the
+# members of the stack that trained the run) is "stack_size". The committed runs under leaderboards/
+# keep the old name; every reader takes either.
+OLD_FIELDS = {"ensemble_size": "stack_size"}
+
+
+def current_fields(result: dict) -> dict:
+    """result with its fields under their names now (a field under its new name wins over its old one):
+    a result.json written before a rename reads as one written now."""
+    return {OLD_FIELDS.get(k, k): v for k, v in result.items() if OLD_FIELDS.get(k) not in result}
+
+
+def stack_size(result: dict) -> int:
+    """How many members the stack that trained the run had (1: alone), under either name."""
+    return result.get("stack_size", result.get("ensemble_size", 1))
 
 
 def headline(result: dict) -> str:
@@ -154,7 +171,7 @@ def summary(result: dict, who: str = "") -> str | None:
     """The line `suite run` prints for a trained run (a probe prints its own as it goes: None)."""
     if runner_of(result) != TRAIN:
         return None
-    shared = result.get("ensemble_size", 1)
+    shared = stack_size(result)
     val = result["final_val_acc"]
     touch = (
         f"  (first touch {result['first_touch_step']})" if result.get("first_touch_step") != result["grok_step"] else ""

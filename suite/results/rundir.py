@@ -2,7 +2,7 @@
 
 Every file that marks progress is written to a temporary name and renamed into place, so a
 reader (or a crash) never sees half a file; result.json appearing is what "finished" means.
-A lock file keeps two processes off the same run; error.json records a crash, so a run dir
+A lock file keeps two processes off the same run; error.json records a crash, so a run folder
 alone says whether its cell is done, running, failed, interrupted (a checkpoint, nobody on
 it) or missing.
 """
@@ -31,7 +31,7 @@ CODE = "code.json"  # the code identity of a run's components, written as it sta
 
 
 class RunLocked(SuiteError):
-    """Another process holds this run dir."""
+    """Another process holds this run folder."""
 
 
 class UnreadableFile(SuiteError, ValueError):
@@ -244,7 +244,7 @@ class RunDir:
         if not (isinstance(code, dict) and all(map(_code_entry, code.values()))):
             raise UnreadableFile(
                 f"{path} is not a code record of this suite (per component: module, code_sha256); "
-                "delete the run dir to run it again"
+                "delete the run folder to run it again"
             )
         return code
 
@@ -265,7 +265,7 @@ class RunDir:
                 if i < len(lines) - 1:
                     raise UnreadableFile(
                         f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
-                        "(delete the run dir to run it again)"
+                        "(delete the run folder to run it again)"
                     ) from None
                 # a process killed mid-write leaves a torn last line; resuming rewrites it
         return records

@@ -1,4 +1,4 @@
-"""A run's model weights kept at its milestones, and the model loaded back from a run dir.
+"""A run's model weights kept at its milestones, and the model loaded back from a run folder.
 
 With `--set keep_weights=true` a run writes run_dir/weights/memorization.safetensors (the
 first evaluation with train accuracy >= train.memorization), grok.safetensors (the grok step:

@@ -28,13 +28,13 @@ tuple[...]). Extra facts about a component go in the decorator's keywords (`info
   other instead, and a single run never needs vmap. A model may write that stacked forward
   itself, `forward_stacked(params, x)` (stacked parameters by name, x [K, batch, ...]), to
   skip vmap's overhead; each member must compute what the model alone computes (models/mlp.py,
-  tests/test_ensemble.py). `opt_defaults={"adamlr": {"opt.lr": 1e-3, "train.warmup_steps": 10}}`
+  tests/test_stack.py). `opt_defaults={"adamlr": {"opt.lr": 1e-3, "train.warmup_steps": 10}}`
   declares the settings the model's own recipe trains it with, per optimizer (opt.* and train.*
   keys): they replace that optimizer's and the loop's defaults when both are chosen, and --set
   still wins (the transformer runs adam and Adam-LR at Nanda et al.'s AdamW recipe).
 - opt: built from the model's parameter groups (groups.embedding, groups.coupled,
   groups.rest, groups.all). `elementwise=True` promises that each element's update depends
-  on that element alone (Adam, SGD): the optimizer then trains stacked ensembles exactly.
+  on that element alone (Adam, SGD): the optimizer then trains a stack's members exactly.
   How a method is evaluated: an optimizer whose weights to evaluate are not its training iterate
   (Schedule-Free's averaged x, an EMA, Lookahead's slow weights) has modes, `train()` and `eval()`
   (torch's optimizers have neither): eval() puts the weights it means to be evaluated into the

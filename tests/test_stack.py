@@ -1,4 +1,4 @@
-"""Ensembles: K seeds of a cell in one process equal K separate runs, seed for seed.
+"""Stacks: K seeds of a cell in one process equal K separate runs, seed for seed.
 
 On CPU with one thread (how the local backend runs every process) the equality is exact, bit
 for bit: each member of a stack makes the matrix products its separate run makes (MKL
@@ -47,7 +47,7 @@ def _float32_rounding(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def _same_result(a: dict, b: dict) -> bool:
-    timing = ("wall_s", "steps_per_s", "ensemble_size", "created_utc")
+    timing = ("wall_s", "steps_per_s", "stack_size", "created_utc")
     return {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
 
 
@@ -69,7 +69,7 @@ def test_each_member_equals_its_separate_run_bit_for_bit(tmp_path, choices, sett
         (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "ens" / str(i)) == _metrics(tmp_path / "alone" / str(i))
         assert _same_result(together[i], alone)
-        assert together[i]["ensemble_size"] == 3 and alone["ensemble_size"] == 1
+        assert together[i]["stack_size"] == 3 and alone["stack_size"] == 1
         assert json.loads((tmp_path / "ens" / str(i) / "spec.json").read_text()) == canonical(spec)
     assert len({_metrics(tmp_path / "ens" / str(i)) for i in range(3)}) == 3  # the seeds really differ
 
@@ -89,14 +89,14 @@ def test_members_stop_early_on_their_own(tmp_path):
     assert all(_same_result(t, a) for t, a in zip(together, alone))
 
 
-def test_a_preempted_ensemble_resumes_to_the_same_numbers_and_its_members_can_resume_alone(tmp_path):
+def test_a_preempted_stack_resumes_to_the_same_numbers_and_its_members_can_resume_alone(tmp_path):
     specs = _specs({"opt": "adamlr", "filter": "grokfast_ema"}, {**SMALL, "d": 16, "hidden": 32, "patience": None})
     whole = train(as_cells(specs, [tmp_path / "whole" / str(i) for i in range(3)]), CPU)
     cut = [tmp_path / "cut" / str(i) for i in range(3)]
     with pytest.raises(Preempted):
         train(as_cells(specs, cut, [PreemptAt(30), None, None]), CPU)
     assert all((d / "checkpoint.pt").exists() and not (d / "result.json").exists() for d in cut)
-    # seed 2 resumes on its own from the ensemble's checkpoint (same format as a separate run's)
+    # seed 2 resumes on its own from the stack's checkpoint (same format as a separate run's)
     (alone,) = train(as_cells([specs[2]], [cut[2]]), CPU)
     resumed = train(as_cells(specs[:2], cut[:2]), CPU)
     for i, result in enumerate(resumed + [alone]):
@@ -118,10 +118,10 @@ def test_an_optimizer_or_filter_of_whole_tensors_stacks_one_per_member_and_each_
     specs = _specs(choices, {**SMALL, "d": 16, "hidden": 32, **settings}, seeds=(0, 1))
     together = train(as_cells(specs, [tmp_path / "a", tmp_path / "b"]), CPU)
     assert "one after the other" not in capsys.readouterr().err
-    assert [r["ensemble_size"] for r in together] == [2, 2]
+    assert [r["stack_size"] for r in together] == [2, 2]
     for i, seed_dir in enumerate(("a", "b")):
         (alone,) = train(as_cells([specs[i]], [tmp_path / f"alone{i}"]), CPU)
-        assert _metrics(tmp_path / seed_dir) == _metrics(tmp_path / f"alone{i}") and alone["ensemble_size"] == 1
+        assert _metrics(tmp_path / seed_dir) == _metrics(tmp_path / f"alone{i}") and alone["stack_size"] == 1
 
 
 PER_MEMBER = {  # a setting that differs from member to member of one stack
@@ -139,7 +139,7 @@ def test_members_with_different_hyperparameters_stack_and_each_equals_its_separa
     choices, key, values = PER_MEMBER[kind]
     specs = [resolve(choices, {**SMALL, "d": 16, "hidden": 32, key: value}, seed) for seed, value in enumerate(values)]
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(3)]), CPU)
-    assert "one after the other" not in capsys.readouterr().err and together[0]["ensemble_size"] == 3
+    assert "one after the other" not in capsys.readouterr().err and together[0]["stack_size"] == 3
     for i, spec in enumerate(specs):
         (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
@@ -227,14 +227,14 @@ def test_run_with_seeds_writes_one_run_dir_per_seed(tmp_path):
     for bad, message in (
         (["--seeds", "3-1"], "--seeds takes a list"),
         (["--seeds", "a"], "--seeds takes a list"),
-        (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run dir"),
+        (["--seeds", "0-1", "--out", tmp_path / "x"], "--out names one run folder"),
     ):
         out = cli(*args, *bad)
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr
     assert not (tmp_path / "x").exists()
 
 
-def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path, chunks_in_process):
+def test_a_grid_trains_its_seed_axis_as_stacks(tmp_path, chunks_in_process):
     grid = tmp_path / "g.toml"
     grid.write_text('name = "g"\n' + TINY_FIXED + '[axes]\nopt = ["adam", "adamlr"]\nseed = [0, 1, 2]\n')
     out = cli("grid", grid, "--root", tmp_path / "runs", "--workers", "2")
@@ -244,9 +244,9 @@ def test_a_grid_trains_its_seed_axis_as_ensembles(tmp_path, chunks_in_process):
     chunks = json.loads(manifest.read_text())["chunks"]
     assert chunks == [[[0, 1, 2]], [[3, 4, 5]]]  # seeds of adam together, seeds of adamlr together
     results = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("result.json")]
-    assert sorted(r["ensemble_size"] for r in results) == [3] * 6
-    # the same grid with --ensemble 1: every cell on its own, the same numbers
-    out = cli("grid", grid, "--root", tmp_path / "alone", "--ensemble", "1", "--workers", "2")
+    assert sorted(r["stack_size"] for r in results) == [3] * 6
+    # the same grid with --stack 1: every cell on its own, the same numbers
+    out = cli("grid", grid, "--root", tmp_path / "alone", "--stack", "1", "--workers", "2")
     assert out.returncode == 0 and "6 cells in 6 processes" in out.stderr
     for path in (tmp_path / "runs").rglob("metrics.jsonl"):
         twin = tmp_path / "alone" / path.relative_to(tmp_path / "runs")
@@ -285,7 +285,7 @@ def _cross_specs(choices, settings):
 def test_cells_that_differ_in_their_task_stack_and_each_equals_its_separate_run(tmp_path, choices, settings):
     specs = _cross_specs(choices, {**SMALL, **settings})
     together = train(as_cells(specs, [tmp_path / "stack" / str(i) for i in range(len(specs))]), CPU)
-    assert {r["ensemble_size"] for r in together} == {len(specs)}
+    assert {r["stack_size"] for r in together} == {len(specs)}
     for i, spec in enumerate(specs):
         (alone,) = train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
@@ -314,7 +314,7 @@ def test_cells_whose_task_changes_a_shape_stack_in_parts_of_equal_shapes(tmp_pat
     specs = [resolve({}, {**SMALL, "d": 16, "hidden": 32, "op": op}, 0) for op in ("add", "div", "mul")]
     together = train(as_cells(specs, [tmp_path / op for op in ("add", "div", "mul")]), CPU)
     assert "3 runs train in 2 stacks: the members' data or models differ in shape" in capsys.readouterr().err
-    assert [r["ensemble_size"] for r in together] == [2, 1, 2]
+    assert [r["stack_size"] for r in together] == [2, 1, 2]
     (alone,) = train(as_cells([specs[1]], [tmp_path / "div-alone"]), CPU)
     assert _metrics(tmp_path / "div") == _metrics(tmp_path / "div-alone")
 
@@ -329,13 +329,13 @@ def test_a_grid_groups_cells_that_differ_in_their_task_or_optimizer_settings_int
         "hidden = [32, 64]\nseed = [0, 1]\n"
     )
     cells = load(grid).cells
-    found = groups(cells, ensemble=8)
+    found = groups(cells, stack=8)
     assert sorted(len(g) for g in found) == [8, 8]  # per width: both operations x both lrs x both seeds
     for group in found:
         assert len({cells[i].spec["model"]["hidden"] for i in group}) == 1
         assert len({cells[i].spec["opt"]["lr"] for i in group}) == 2
         assert len({cells[i].spec["task"]["op"] for i in group}) == 2
-    assert sorted(len(g) for g in groups(cells, ensemble=3)) == [2, 2, 3, 3, 3, 3]
+    assert sorted(len(g) for g in groups(cells, stack=3)) == [2, 2, 3, 3, 3, 3]
 
 
 def test_running_train_accuracy_is_the_trained_batches_since_the_last_evaluation(tmp_path):
