@@ -23,9 +23,9 @@ def runtime_defaults() -> None:
     They are the command line's, not the library's: an import must not change how the importing
     program's own threads run."""
     # Stacks allocate activations and gradients of tens of MB every step; glibc hands blocks
-    # that large straight back to the kernel, so each step page-faults them in again. Huge pages
-    # (torch's allocator madvises blocks >= 2 MB) made a K = 32 step 1.4x faster here; results
-    # are unchanged (it is where memory lives, not what is computed).
+    # that large straight back to the kernel, so each step would page-fault them in again. Huge
+    # pages (torch's allocator madvises blocks >= 2 MB) keep them; results are unchanged (it is
+    # where memory lives, not what is computed).
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     os.environ.update(thread_defaults(os.environ, cores, busy_cores()))

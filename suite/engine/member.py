@@ -78,7 +78,7 @@ class Member(Built):
         return self.cell.tracker
 
     def claim(self, cell: Cell) -> None:
-        """Lock the cell's run dir and read where it stands: finished (result set), or resumed from
+        """Lock the cell's run folder and read where it stands: finished (result set), or resumed from
         its checkpoint (its model, sampler and generator restored), or from step 0. Writes nothing."""
         self.cell, self.run_dir = cell, RunDir(cell.run_dir)
         self.run_dir.lock()
@@ -113,7 +113,7 @@ class Member(Built):
             raise UnreadableFile(
                 f"{self.run_dir / 'metrics.jsonl'} does not hold the evaluations its checkpoint (step "
                 f"{self.start}) continues: {len(missing)} missing, the first at step "
-                f"{missing[0] if missing else '?'}; delete the run dir to run it again from step 0"
+                f"{missing[0] if missing else '?'}; delete the run folder to run it again from step 0"
             )
 
     def foreign(self, err: Exception) -> UnreadableFile:
@@ -183,7 +183,7 @@ class Member(Built):
 
     def finish(self, step: int, stop_reason: str, wall: float, how: dict, final_weights: dict | None = None) -> None:
         """Write result.json (its last finite evaluation, milestones, provenance), last, and
-        close the run dir."""
+        close the run folder."""
         self.metrics_file.close()
         record = self.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
         m = self.milestones
@@ -227,7 +227,7 @@ class Member(Built):
         self.run_dir.unlock()
 
     def release(self) -> None:
-        """Close and unlock the run dir (preempted: its checkpoint stays); one it never wrote to
+        """Close and unlock the run folder (preempted: its checkpoint stays); one it never wrote to
         is left as it was found."""
         if self.metrics_file is not None:
             self.metrics_file.close()
@@ -237,7 +237,7 @@ class Member(Built):
 
 
 def claim(members: list[Member], cells: list[Cell]) -> None:
-    """Every member claims its cell's run dir: if one cannot (a damaged file, another process on
+    """Every member claims its cell's run folder: if one cannot (a damaged file, another process on
     it), the others let go. Writes nothing."""
     try:
         for m, cell in zip(members, cells):
