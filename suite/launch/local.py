@@ -11,10 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from suite.launch.grid import Grid
-from suite.launch.manifest import FULL, WORKER_ENV, new_submission_dir, read_manifest, write_manifest
+from suite.launch.manifest import FULL, WORKER_ENV, RunOptions, new_submission_dir, read_manifest, write_manifest
 from suite.results.result import headline
 from suite.results.rundir import RunDir, check_writable, read_json
 from suite.specs.cell import Cell
@@ -35,29 +36,17 @@ def check_local(root: str | Path, device: str, cells: list[Cell] = ()) -> None:
                 precision.check(cell.spec["train"]["precision"], resolved)
 
 
-def run_local(
-    grid: Grid,
-    cells: list[Cell],
-    root: str | Path,
-    *,
-    workers: int,
-    device: str,
-    wandb: str,
-    stack: int,
-    compile: bool,
-) -> int:
-    """Run the chunks (whole groups of at most `stack` cells, and of an even share of them: every
+def run_local(grid: Grid, cells: list[Cell], root: str | Path, options: RunOptions, workers: int) -> int:
+    """Run the chunks (whole groups of at most `options.stack` cells, and of an even share of them: every
     worker gets some) in separate processes, `workers` at a time. SIGINT/SIGTERM:
     every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
     failed, 3 if stopped."""
-    check_local(root, device, cells)
+    check_local(root, options.device, cells)
     # groups no bigger than an even share of the cells: 5 final seeds of one cell made one group, one
     # process, and the other workers sat idle through a tune's longest phase
-    stack = min(stack, math.ceil(len(cells) / workers))
+    options = replace(options, stack=min(options.stack, math.ceil(len(cells) / workers)))
     workdir = new_submission_dir(root, grid.name)
-    manifest = write_manifest(
-        workdir, grid, cells, root, device=device, wandb=wandb, cells_per_task=1, stack=stack, compile=compile
-    )
+    manifest = write_manifest(workdir, grid, cells, root, options, cells_per_task=1)
     pool = _Workers(manifest, cells, workers)
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     print(

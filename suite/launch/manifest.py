@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from suite.errors import FAULTS, SuiteError, missing_extra
@@ -36,6 +36,26 @@ TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs
 # The local backend's worker processes share the cores: one torch thread each, and OpenMP threads
 # that sleep while they wait, so that no worker spins on a core another one needs.
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a launcher's cells run, whichever launcher: the device, W&B's mode, the most cells one
+    stack trains, and whether the step's forward is compiled. A submission's manifest records them."""
+
+    device: str = "auto"
+    wandb: str = "off"
+    stack: int = 8
+    compile: bool = False
+
+    @classmethod
+    def of(cls, args) -> RunOptions:
+        """The grid and tune commands' flags."""
+        return cls(args.device, args.wandb, args.stack, args.compile)
+
+    @classmethod
+    def read(cls, manifest: dict) -> RunOptions:
+        return cls(manifest["device"], manifest["wandb"], manifest["stack"], manifest.get("compile", False))
 
 
 def execute(
@@ -161,29 +181,20 @@ def plan_chunks(cells: list[Cell], cells_per_task: int, stack: int) -> list[list
 
 
 def write_manifest(
-    workdir: Path,
-    grid: Grid,
-    cells: list[Cell],
-    root: str | Path,
-    *,
-    device: str,
-    wandb: str,
-    cells_per_task: int,
-    stack: int,
-    compile: bool,
+    workdir: Path, grid: Grid, cells: list[Cell], root: str | Path, options: RunOptions, cells_per_task: int
 ) -> Path:
     root = Path(root).resolve()
-    chunks = plan_chunks(cells, cells_per_task, stack)
+    chunks = plan_chunks(cells, cells_per_task, options.stack)
     manifest = {
         "grid": grid.name,
         "source": str(grid.path.resolve()),
         "root": str(root),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "device": device,
-        "wandb": wandb,
-        "compile": compile,
+        "device": options.device,
+        "wandb": options.wandb,
+        "compile": options.compile,
         "cells_per_task": cells_per_task,
-        "stack": stack,
+        "stack": options.stack,
         "n_chunks": len(chunks),
         "chunks": chunks,
         "cells": [c.to_json() | {"run_dir": str(c.run_dir.resolve())} for c in cells],  # read from any folder
@@ -230,7 +241,8 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
         raise SuiteError(f"cannot read manifest {manifest_path}: {err}") from None
     if not 0 <= index < manifest["n_chunks"]:
         raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_chunks'] - 1}, not {index}")
-    device = resolve_device(manifest["device"])
+    options = RunOptions.read(manifest)
+    device = resolve_device(options.device)
     failed = 0
     for group in manifest["chunks"][index]:
         cells = [Cell.from_json({"grid": manifest["grid"]} | manifest["cells"][i]) for i in group]
@@ -240,14 +252,14 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
         if pending and _stop_requested:
             print(f"stopped by {_stop_requested[0]} before {pending[0].run_dir}", file=sys.stderr)
             return 3
-        code = _run_group(manifest, cells, pending, device)
+        code = _run_group(options, cells, pending, device)
         if code in (3, FULL):  # preempted: the rest runs when the array task is requeued; a full disk: nothing would
             return code
         failed += code
     return 1 if failed else 0
 
 
-def _run_group(manifest: dict, cells: list[Cell], pending: list[Cell], device) -> int:
+def _run_group(options: RunOptions, cells: list[Cell], pending: list[Cell], device) -> int:
     """One group of a chunk, its progress said on stderr: 3 preempted, FULL the disk is full,
     else 1 if its cells failed, 0 if not."""
     from suite.engine.train import Preempted
@@ -257,7 +269,7 @@ def _run_group(manifest: dict, cells: list[Cell], pending: list[Cell], device) -
         many = f"running {len(pending)} cells as one group:\n  {names}"
         print(f"running {names}" if len(pending) == 1 else many, file=sys.stderr, flush=True)
     try:
-        execute(cells, device, compile=manifest.get("compile", False), wandb=manifest["wandb"])
+        execute(cells, device, compile=options.compile, wandb=options.wandb)
     except Preempted as stop:
         print(f"stopped: {stop}", file=sys.stderr)
         return 3

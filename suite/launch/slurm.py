@@ -18,7 +18,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.launch.grid import Cell, Grid
-from suite.launch.manifest import new_submission_dir, plan_chunks, write_manifest
+from suite.launch.manifest import RunOptions, new_submission_dir, plan_chunks, write_manifest
 
 _INSTALLED = Path(__file__).resolve().parents[1] / "slurm_template" / "array.sbatch"  # from a wheel
 TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parents[2] / "slurm" / "array.sbatch"
@@ -199,34 +199,20 @@ def submit(
     cells: list[Cell],
     root: str | Path,
     options: SlurmOptions,
-    *,
+    run: RunOptions,
     sbatch: str | None,
-    device: str,
-    wandb: str,
-    stack: int,
-    compile: bool = False,
     template: Path = TEMPLATE,
 ) -> str:
     """Write the manifest and script and submit them with `sbatch`; returns the job id.
     sbatch None (a dry run): return the script, write nothing."""
-    fit_array(options, cells, stack)
+    fit_array(options, cells, run.stack)
     if sbatch is None:
         placeholder = Path(root).resolve() / "grids" / grid.name / "<submission>"
-        return render(grid, options, cells, placeholder, template, stack)
+        return render(grid, options, cells, placeholder, template, run.stack)
     workdir = new_submission_dir(root, grid.name)
     try:
-        script = render(grid, options, cells, workdir, template, stack)
-        write_manifest(
-            workdir,
-            grid,
-            cells,
-            root,
-            device=device,
-            wandb=wandb,
-            cells_per_task=options.cells_per_task,
-            stack=stack,
-            compile=compile,
-        )
+        script = render(grid, options, cells, workdir, template, run.stack)
+        write_manifest(workdir, grid, cells, root, run, options.cells_per_task)
         (workdir / "job.sbatch").write_text(script)
         proc = subprocess.run(
             [sbatch, "--parsable", str(workdir / "job.sbatch")], capture_output=True, text=True, timeout=120

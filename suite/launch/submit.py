@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.launch.manifest import RunOptions
 from suite.results.rundir import RunDir
 
 
@@ -36,16 +37,7 @@ def run_grid(args, g, root) -> int:
         for cell in todo:
             print(f"{cell.run_dir}  [{cell.label}]")
         return 0
-    return local.run_local(
-        g,
-        todo,
-        root,
-        workers=args.workers,
-        device=args.device,
-        wandb=args.wandb,
-        stack=args.stack,
-        compile=args.compile,
-    )
+    return local.run_local(g, todo, root, RunOptions.of(args), args.workers)
 
 
 def _plan(g, args) -> tuple[str, list]:
@@ -100,18 +92,8 @@ def _slurm(args, g, root) -> int:
         print(summary, file=sys.stderr)
     if not todo:
         return 0
-    out = submit(
-        g,
-        todo,
-        root,
-        options,
-        sbatch=sbatch,
-        device=args.device,
-        wandb=args.wandb,
-        stack=args.stack,
-        compile=args.compile,
-        template=Path(args.template) if args.template else TEMPLATE,
-    )
+    template = Path(args.template) if args.template else TEMPLATE
+    out = submit(g, todo, root, options, RunOptions.of(args), sbatch, template)
     if options.time is None:
         print(
             "warning: no --time (or [slurm] time): the partition's default limit applies, and each array task "
