@@ -124,40 +124,112 @@ def frequency_quartiles(token_freq: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"rare": order[:quarter], "middle": order[quarter:-quarter], "frequent": order[-quarter:]}
 
 
+class Progress:
+    """The progress measures of a stack's embeddings E [K, vocab, d] (and coupled weights W), for
+    every member at once on the device, with no work per member on the host: embedding norms by
+    token frequency (frequency_quartiles of each member's training tokens, as masks built once),
+    MED, the mean L2 distance between the embeddings of consecutive numbers (Grokking-Insight),
+    and what sigma_ratio needs (Lanczos tridiagonals of E's and W's Gram matrices, read back with
+    the evaluation's one copy; `ratios` finishes on the host in one batched call)."""
+
+    def __init__(self, datas: list[TaskData], device: torch.device):
+        self.buckets = None  # bucket -> [K, vocab] mask of each member's tokens in it
+        if all(d.token_freq is not None for d in datas):
+            masks: dict[str, list] = {}
+            for data in datas:
+                freq = data.token_freq.cpu()
+                for bucket, ids in frequency_quartiles(freq).items():
+                    masks.setdefault(bucket, []).append(
+                        torch.zeros(len(freq), dtype=torch.bool).index_fill_(0, ids, True)
+                    )
+            self.buckets = {bucket: torch.stack(m).to(device) for bucket, m in masks.items()}
+        numbers = [d.number_tokens for d in datas]
+        has_numbers = all(n is not None and len(n) > 1 for n in numbers) and len({len(n) for n in numbers}) == 1
+        self.numbers = torch.stack([n.to(device) for n in numbers]) if has_numbers else None  # [K, count]
+
+    def keep(self, keep: list[int]) -> None:
+        """The members at `keep` go on (suite.engine.stack.Stack.leave)."""
+        if self.buckets is not None:
+            self.buckets = {bucket: mask[keep] for bucket, mask in self.buckets.items()}
+        if self.numbers is not None:
+            self.numbers = self.numbers[keep]
+
+    @torch.no_grad()
+    def columns(self, E: torch.Tensor, W: torch.Tensor | None) -> tuple[dict, dict]:
+        """[K] columns computed on the device, and the tensors `ratios` reads on the host."""
+        if self.buckets is None:
+            return {}, {}
+        norms = E.norm(dim=-1)
+        columns = {
+            f"emb_norm_{bucket}": (norms * mask).sum(1) / mask.sum(1)  # 0 / 0: nan for an empty bucket
+            for bucket, mask in self.buckets.items()
+        }
+        if self.numbers is not None:
+            numbers = torch.gather(E, 1, self.numbers[..., None].expand(-1, -1, E.shape[-1]))
+            columns["med"] = (numbers[:, 1:] - numbers[:, :-1]).norm(dim=-1).mean(1)
+        extra = {} if W is None else {"E": lanczos(E), "W": lanczos(W)}
+        return columns, extra
+
+
+LANCZOS_STEPS = 48  # the top eigenvalue of a 512 x 512 Gram matrix settles to ~1e-12 in 20-30
+
+
 @torch.no_grad()
-def progress_columns(E: torch.Tensor, datas: list[TaskData]) -> dict[str, torch.Tensor]:
-    """The progress measures of K members' embeddings E [K, vocab, d] that the device computes,
-    as [K] tensors: embedding norms by token frequency (the frequency_quartiles of each member's
-    training tokens) and MED, the mean L2 distance between the embeddings of consecutive numbers
-    (Grokking-Insight). sigma_ratio needs E and W on the host (sigma_max)."""
-    out: dict[str, list] = {}
-    norms = E.norm(dim=-1)
-    for i, data in enumerate(datas):
-        for bucket, ids in frequency_quartiles(data.token_freq).items():
-            value = norms[i, ids].mean() if len(ids) else torch.tensor(float("nan"), device=E.device)
-            out.setdefault(f"emb_norm_{bucket}", []).append(value)
-    for i, data in enumerate(datas):
-        if data.number_tokens is not None and len(data.number_tokens) > 1:
-            numbers = E[i, data.number_tokens]
-            out.setdefault("med", []).append((numbers[1:] - numbers[:-1]).norm(dim=1).mean())
-    return {name: torch.stack(values) for name, values in out.items() if len(values) == len(datas)}
+def lanczos(a: torch.Tensor, steps: int = LANCZOS_STEPS, one_by_one: bool | None = None) -> torch.Tensor:
+    """The Lanczos tridiagonals [K, m, m] of the Gram matrices of K matrices a [K, rows, ...] (over
+    the smaller dimension), in float64 on a's device, `steps` iterations (all of them where the Gram
+    matrix is smaller) with full reorthogonalization, and no synchronization: their top eigenvalue
+    (top_eigenvalues) is sigma_max squared. A matrix with a non-finite entry gives nan. On a CPU
+    each member's own (a batched product's rounding depends on K there: a member would not be its
+    separate run bit for bit); on a GPU the K at once (one_by_one says which, where given)."""
+    if (a.device.type == "cpu" if one_by_one is None else one_by_one) and len(a) > 1:
+        return torch.cat([lanczos(a[i : i + 1], steps) for i in range(len(a))])
+    a = a.flatten(2).double()
+    if a.shape[1] > a.shape[2]:
+        a = a.mT  # the smaller dimension n: the Gram matrix a a^T is n x n
+    K, n, _ = a.shape
+    finite = torch.isfinite(a).flatten(1).all(1)
+    a = torch.where(finite[:, None, None], a, 0.0)
+    m = min(steps, n)
+    start = torch.from_numpy(np.random.default_rng(0).standard_normal(n)).to(a.device)
+    basis = torch.zeros(K, m + 1, n, dtype=torch.float64, device=a.device)
+    basis[:, 0] = start / start.norm()
+    diagonal, off = [], []
+    for k in range(m):
+        u = (a @ (a.mT @ basis[:, k, :, None]))[..., 0]
+        diagonal.append((basis[:, k] * u).sum(-1))
+        for _ in range(2):  # twice is enough to keep the basis orthogonal in floating point
+            u = u - (basis[:, : k + 1].mT @ (basis[:, : k + 1] @ u[..., None]))[..., 0]
+        beta = u.norm(dim=-1)
+        off.append(beta)
+        basis[:, k + 1] = u / beta.clamp_min(torch.finfo(torch.float64).tiny)[:, None]  # 0 past an invariant subspace
+    T = torch.diag_embed(torch.stack(diagonal, 1))
+    if m > 1:
+        beside = torch.stack(off[:-1], 1)
+        T = T + torch.diag_embed(beside, 1) + torch.diag_embed(beside, -1)
+    return torch.where(finite[:, None, None], T, float("nan"))
 
 
-def sigma_ratio(E: torch.Tensor, W: torch.Tensor) -> float:
-    """sigma_max(E) / sigma_max(W) of one member (host tensors); nan when W decayed to exactly 0."""
-    sigma_w = sigma_max(W)
-    return sigma_max(E) / sigma_w if sigma_w else float("nan")
+def top_eigenvalues(T: torch.Tensor) -> torch.Tensor:
+    """The largest eigenvalue of each tridiagonal [K, m, m] (host tensors), nan where T is."""
+    ok = torch.isfinite(T).flatten(1).all(1)
+    top = torch.linalg.eigvalsh(torch.where(ok[:, None, None], T, 0.0))[:, -1].clamp_min(0.0)
+    return torch.where(ok, top, float("nan"))
+
+
+def ratios(tridiagonals: dict[str, torch.Tensor]) -> torch.Tensor:
+    """sigma_max(E) / sigma_max(W) per member from Progress.columns's host copies; nan where W is 0."""
+    sigma_e, sigma_w = (top_eigenvalues(tridiagonals[k]).sqrt() for k in ("E", "W"))
+    return torch.where(sigma_w > 0, sigma_e / sigma_w, float("nan"))
 
 
 def progress_measures(model, data: TaskData) -> dict[str, float]:
-    """One model's progress measures (progress_columns and sigma_ratio), for code outside the loop."""
+    """One model's progress measures (Progress's columns and sigma_ratio), for code outside the loop."""
     E, W = getattr(model, "embedding_weight", None), getattr(model, "coupled_weight", None)
     if E is None or data.token_freq is None:
         return {}
-    columns = {k: v.item() for k, v in progress_columns(E.detach()[None], [data]).items()}
-    out = {k: columns[k] for k in ("emb_norm_rare", "emb_norm_middle", "emb_norm_frequent")}
-    if W is not None:
-        out["sigma_ratio"] = sigma_ratio(E.detach().cpu(), W.detach().cpu())
-    if "med" in columns:
-        out["med"] = columns["med"]
+    columns, extra = Progress([data], E.device).columns(E.detach()[None], None if W is None else W.detach()[None])
+    out = {k: v.item() for k, v in columns.items()}
+    if extra:
+        out["sigma_ratio"] = ratios({k: v.cpu() for k, v in extra.items()}).item()
     return out

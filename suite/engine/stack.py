@@ -16,7 +16,7 @@ import torch
 
 from suite.engine import precision
 from suite.engine.hessian import hessian_measures
-from suite.engine.measures import LOSSES, evaluate, progress_columns, sigma_ratio, to_host
+from suite.engine.measures import LOSSES, Progress, evaluate, ratios, to_host
 from suite.engine.member import Member
 from suite.engine.stacked import Alone, Stacked, finite
 from suite.engine.updates import elementwise, for_stack, training
@@ -36,6 +36,9 @@ class Stack:
         # (train mode, before the update): Grokking-Insight's train accuracy, `train_acc_running`.
         self.running_correct = torch.zeros(len(members), dtype=torch.long, device=device)
         self.running_seen = 0
+        datas = [m.data for m in members]
+        self.val_groups = {name: _stack([d.val_groups[name] for d in datas]) for name in datas[0].val_groups}
+        self.progress = Progress(datas, device)
         if members[0].start:
             self._restore([m.state for m in members])
 
@@ -95,19 +98,24 @@ class Stack:
         parameters are no longer finite. Computed for all members at once on the device and read
         back with one synchronisation (suite.engine.measures.to_host)."""
         columns, extra = self._measure()
+        med = columns.pop("med", None)  # recorded after sigma_ratio
         packed, finite_, *copies = to_host(
             [torch.stack([c.double() for c in columns.values()]), finite(self.model), *extra.values()]
+            + ([med.double()] if med is not None else [])
         )
-        on_host, records = dict(zip(extra, copies)), []
+        sigma = ratios(dict(zip(extra, copies))).tolist() if extra else None
+        meds = copies[-1].tolist() if med is not None else None
+        rows, finite_ = packed.T.tolist(), finite_.tolist()  # plain numbers: nothing below runs per member on a tensor
+        records = []
         for i in range(len(self.live)):
-            record = {"step": step, **dict(zip(columns, packed[:, i].tolist()))}
+            record = {"step": step, **dict(zip(columns, rows[i]))}
             if not (finite_[i] and math.isfinite(record["train_loss"]) and math.isfinite(record["val_loss"])):
                 records.append(None)
                 continue
-            if "W" in on_host:
-                record["sigma_ratio"] = sigma_ratio(on_host["E"][i], on_host["W"][i])
-            if "med" in on_host:
-                record["med"] = on_host["med"][i].item()
+            if sigma is not None:
+                record["sigma_ratio"] = sigma[i]
+            if meds is not None:
+                record["med"] = meds[i]
             if self.cfg.hessian_every and step % (self.cfg.eval_every * self.cfg.hessian_every) == 0:  # K == 1 (plan)
                 data = self.live[i].data
                 record |= hessian_measures(
@@ -119,8 +127,8 @@ class Stack:
         return records
 
     def _measure(self) -> tuple[dict, dict]:
-        """On the device: the [K] columns every record holds, and what the host needs besides (E and
-        W for sigma_ratio, MED)."""
+        """On the device: the [K] columns every record holds, and what the host needs besides (the
+        tridiagonals sigma_ratio is read from)."""
         cfg = self.cfg
         self.model.eval()
         with precision.autocast(cfg.precision, self.device):  # the model as it trains
@@ -133,22 +141,15 @@ class Stack:
             "val_loss": val_loss,
             "val_acc": val_correct.float().mean(1),
         }
-        for name in self.live[0].data.val_groups:
-            mask = torch.stack([m.data.val_groups[name] for m in self.live])
+        for name, mask in self.val_groups.items():
             columns[f"val_acc_{name}"] = (val_correct & mask).sum(1).float() / mask.sum(1).float()
         if self.running_seen:
             columns["train_acc_running"] = self.running_correct.double() / self.running_seen
-        E, W = self.model.stacked_weights()
-        datas = [m.data for m in self.live]
-        extra = {}  # sigma_ratio needs E and W on the host; a model may have E without W, a task no numbers
-        if E is not None and all(d.token_freq is not None for d in datas):
-            progress = progress_columns(E, datas)
-            columns |= {k: progress[k] for k in ("emb_norm_rare", "emb_norm_middle", "emb_norm_frequent")}
-            if W is not None:
-                extra |= {"E": E, "W": W}
-            if "med" in progress:
-                extra["med"] = progress["med"]
-        return columns, extra
+        E, W = self.model.stacked_weights()  # a model may have E without W, a task no numbers
+        if E is None:
+            return columns, {}
+        progress, extra = self.progress.columns(E, W)
+        return columns | progress, extra
 
     # --- checkpoints, and members leaving -------------------------------------------------------------
 
@@ -175,6 +176,8 @@ class Stack:
         self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct = (
             t[keep] for t in (self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct)
         )
+        self.val_groups = {name: mask[keep] for name, mask in self.val_groups.items()}
+        self.progress.keep(keep)
 
 
 def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
