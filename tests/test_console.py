@@ -55,3 +55,17 @@ def test_a_run_says_what_it_trains_before_its_first_evaluation_and_names_its_met
         == "[adamlr+grokfast_ema modular/mlp x2] steps 0 to 20, evaluating every 10 on 60 train and 24 val examples"
     )
     assert any(line.startswith("[adamlr+grokfast_ema modular/mlp x2] step 0 train_acc ") for line in said)
+
+
+def test_progress_names_an_optimizer_by_the_decay_it_runs_where_its_name_says_another():
+    from suite.engine.train import stack_label
+    from suite.specs.spec import Spec, resolve
+
+    def label(choices, settings=None, K=1):
+        return stack_label(Spec.of(resolve(choices, settings or {})), K)
+
+    # the transformer's recipe runs adam with AdamW's decoupled decay: the line says so
+    assert label({"model": "transformer", "opt": "adam"}) == "adam (decoupled decay) modular/transformer"
+    assert label({"model": "transformer", "opt": "adamw"}) == "adamw modular/transformer"
+    assert label({"opt": "adam"}) == "adam modular/mlp"
+    assert label({"opt": "muon"}, {"decoupled_weight_decay": False}, 2) == "muon (coupled decay) modular/mlp x2"

@@ -38,7 +38,8 @@ from suite.errors import SuiteError
 from suite.results.result import provenance
 from suite.results.rundir import rng_states
 from suite.specs.cell import Cell
-from suite.specs.spec import Spec
+from suite.specs.registry import ALL
+from suite.specs.spec import Part, Spec
 
 
 class Preempted(Exception):
@@ -171,11 +172,21 @@ def _preempted(stack: Stack, step: int, signal_name: str, progress: Progress) ->
 
 def stack_label(spec: Spec, K: int) -> str:
     """How progress lines name a stack: its method (optimizer, and filter and sampler where not the
-    plain ones) on its task and model, and how many members; a grid's log names its cells besides."""
-    method = [spec.opt.name]
+    plain ones) on its task and model, and how many members; a grid's log names its cells besides.
+    An optimizer whose decay is not the kind its name says (the transformer's recipe runs `adam`
+    with AdamW's decoupled decay) is named with the kind it runs."""
+    method = [spec.opt.name + _decay_kind(spec.opt)]
     method += [spec.filter.name] if spec.filter.name != "none" else []
     method += [spec.sampler.name] if spec.sampler.name != "random" else []
     return f"{'+'.join(method)} {spec.task.name}/{spec.model.name}" + (f" x{K}" if K > 1 else "")
+
+
+def _decay_kind(opt: Part) -> str:
+    param = ALL["opt"].get(opt.name).params.get("decoupled_weight_decay")
+    decoupled = opt.settings.get("decoupled_weight_decay")
+    if param is None or decoupled is None or decoupled == param.default:
+        return ""
+    return " (decoupled decay)" if decoupled else " (coupled decay)"
 
 
 def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag, race: Race | None = None) -> None:
