@@ -236,3 +236,18 @@ def test_a_report_and_flags_of_the_ensembles_section_read_as_the_stacks_section(
     # the flag's and the section's old names
     assert make_parser().parse_args(["bench", "--ensembles", "1,4"]).stacks == "1,4"
     assert measure.Options(skip="ensembles,probe").skip == {"stacks", "probe"}
+
+
+def test_the_profile_times_each_phase_of_a_whole_train_and_counts_its_syncs(quick):
+    proc, report, _ = quick
+    t = report["profile"]["train"]
+    parts = t["parts"]
+    assert list(parts) == ["build", "set-up", "step", "evaluate", "write", "checkpoint"]  # the loop's phases
+    assert (t["steps"], t["evaluations"]) == (20, 3) and parts["step"][
+        "calls"
+    ] == 20  # steps 0-19; evaluations 0, 10, 20
+    assert parts["checkpoint"]["calls"] == 2 and parts["write"]["calls"] == 3  # checkpoints at steps 10 and 20
+    assert all(p["s"] > 0 and 0 < p["share"] < 1 for p in parts.values())
+    assert sum(p["s"] for p in parts.values()) + t["other_s"] == pytest.approx(t["total_s"])
+    assert t["syncs_per_evaluation"] == parts["evaluate"]["syncs"] / 3 and t["syncs_per_step"] >= 0
+    assert "the whole train() of the stack, 20 steps and 3 evaluations" in proc.stdout

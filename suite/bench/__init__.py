@@ -13,7 +13,9 @@ Sections (each can be skipped):
              suite's loop: sampling, evaluation and progress measures included); their ratio;
 - profile:   where a stack's step spends its time: a stack of the largest stack size up to 256
              under torch.profiler, the busiest host ops and GPU kernels per step, the launches,
-             the batch draws, and how busy the GPU is (suite/bench/profile_section.py);
+             the batch draws, and how busy the GPU is; then its whole train() by phase (build,
+             set-up, step, evaluate, write, checkpoint): seconds, share, syncs and launches of each
+             (suite/bench/profile_section.py);
 - stacks:    runs per hour of K seeds of the default cell trained as one stack vs K
              sequential runs (K times the K = 1 wall), and of K members each at its own
              learning rate (as a tuning grid stacks: one Adam over the stack with a learning

@@ -8,11 +8,20 @@ inflates it), the aten ops issued, the members' batch draws (`aten::randperm`, o
 the CPU); on a GPU also its kernels and copies by device time, the launches that issued them, and
 `device_busy_fraction`, their time over the unprofiled step: well under 1, the step waits on the
 host (launches, drawing), not on the GPU.
+
+Then the same stack's whole `train()` (build, set-up, steps, evaluations, the writes that record
+and finish them, checkpoints; the loop labels each part a `phase`) under the profiler, into a
+scratch folder: each part's seconds and share of the run, and the host's waits on the GPU (SYNCS)
+and kernel launches in each, per step and per evaluation.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch.autograd import DeviceType
@@ -51,7 +60,65 @@ def profile_section(device: torch.device, options: Options) -> dict:
         with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
             train(warmup + steps, steps)
     head = {"k": k, "cell": "modular mlp adam random(batch 512)", "steps": steps, "step_s": step_s}
-    return head | op_figures(prof, steps, step_s, cuda)
+    return head | op_figures(prof, steps, step_s, cuda) | {"train": whole_train(k, device, options)}
+
+
+PHASES = ("build", "set-up", "step", "evaluate", "write", "checkpoint")  # the loop's (suite/engine/train.py)
+# On a GPU, the runtime's waits; on a CPU, the ops that would wait on a GPU were their tensors there
+# (an upper bound: a CPU tensor's .item(), as an optimizer's step count, never waits)
+SYNCS = {
+    "cuda": ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy"),
+    "cpu": ("aten::_local_scalar_dense", "aten::nonzero"),
+}
+
+
+def whole_train(k: int, device: torch.device, options: Options) -> dict:
+    """A stack of k default cells trained by `train()` under the profiler: each phase's seconds,
+    share, calls, syncs and launches, and the syncs per step and per evaluation."""
+    from suite.engine.train import train
+    from suite.specs.cell import Cell
+
+    steps, eval_every = (20, 10) if options.quick else (200, 50)
+    settings = {"train.steps": steps, "train.eval_every": eval_every, "train.checkpoint_every": steps // 2}
+    cuda = device.type == "cuda"
+    with tempfile.TemporaryDirectory() as scratch:
+        cells = [Cell(cell_spec({}, options, seed, settings), Path(scratch) / str(seed)) for seed in range(k)]
+        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            t0 = time.perf_counter()
+            with contextlib.redirect_stderr(io.StringIO()):  # its progress lines: the bench says what it measures
+                train(cells, device)
+            sync(device)
+            total_s = time.perf_counter() - t0
+    parts = {name: {"s": 0.0, "calls": 0, "syncs": 0, "launches": 0} for name in PHASES}
+    syncs = SYNCS[device.type]
+    for event in prof.events():
+        if event.name in parts:
+            parts[event.name]["s"] += event.cpu_time_total / 1e6
+            parts[event.name]["calls"] += 1
+        elif event.name in syncs or event.name.startswith(("cudaLaunch", "cuLaunch")):
+            part = _phase_of(event)
+            if part is not None:
+                parts[part]["syncs" if event.name in syncs else "launches"] += 1
+    for figures in parts.values():
+        figures["share"] = figures["s"] / total_s
+    evaluations = parts["evaluate"]["calls"]
+    return {
+        "steps": steps,
+        "evaluations": evaluations,
+        "total_s": total_s,
+        "other_s": total_s - sum(f["s"] for f in parts.values()),
+        "parts": parts,
+        "syncs_per_step": parts["step"]["syncs"] / max(parts["step"]["calls"], 1),
+        "syncs_per_evaluation": parts["evaluate"]["syncs"] / max(evaluations, 1),
+    }
+
+
+def _phase_of(event) -> str | None:
+    """The loop's phase an op ran in: its nearest enclosing label."""
+    parent = event.cpu_parent
+    while parent is not None and parent.name not in PHASES:
+        parent = parent.cpu_parent
+    return None if parent is None else parent.name
 
 
 def op_figures(prof: profile, steps: int, step_s: float, cuda: bool) -> dict:

@@ -138,6 +138,18 @@ def _profile(p: dict) -> list[str]:
                 f"  {side[4:]:<7}{r['op'][:60]:<62}{r['calls_per_step']:>8.1f}/step"
                 f"{r['self_per_step_s'] * 1e3:>9.3f} ms{r['share']:>7.1%}"
             )
+    if t := p.get("train"):
+        lines.append(
+            f"  the whole train() of the stack, {t['steps']} steps and {t['evaluations']} evaluations under the "
+            f"profiler: {t['total_s']:.2f} s; syncs {t['syncs_per_step']:.1f} a step, "
+            f"{t['syncs_per_evaluation']:.1f} an evaluation"
+        )
+        for name, part in t["parts"].items():
+            lines.append(
+                f"    {name:<11}{part['s']:>8.3f} s{part['share']:>7.1%}  {part['calls']:>5} calls"
+                f"{part['syncs']:>7} syncs{part['launches']:>8} launches"
+            )
+        lines.append(f"    {'other':<11}{t['other_s']:>8.3f} s{t['other_s'] / t['total_s']:>7.1%}")
     return lines
 
 

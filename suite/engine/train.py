@@ -1,5 +1,6 @@
 """The one training loop. Read it top to bottom: build, claim, plan the stacks, open, then per
-stack: step / evaluate / record / checkpoint, and finish.
+stack: step / evaluate / record / checkpoint, and finish. Each part is a `phase` (a profiler label,
+free when nothing profiles) that the bench's profile section times.
 
 A run is a pure function of its spec: the seed fixes the model's initialisation, the task's
 split (unless the task is given its own data_seed) and the generator that draws every batch.
@@ -25,6 +26,7 @@ import sys
 import time
 
 import torch
+from torch.profiler import record_function as phase
 
 from suite.engine import precision
 from suite.engine.build import build
@@ -89,18 +91,20 @@ def _train(cells: list[Cell], device: torch.device, compile: bool) -> list[dict]
         precision.check(cell.spec["train"]["precision"], device)
     with _StopFlag() as stop:
         try:
-            with stop.at_once():  # building the data can take minutes (polygons renders 14,641 images)
+            with stop.at_once(), phase("build"):  # building the data can take minutes (polygons renders 14,641 images)
                 members = [Member.of(build(cell.spec, device, updates=False)) for cell in cells]  # bad input raises...
         except _StopNow:
             raise Preempted(stop.raised, 0, []) from None  # nothing written yet
-        claim(members, cells)  # finished meanwhile: its result is read
+        with phase("set-up"):
+            claim(members, cells)  # finished meanwhile: its result is read
         try:
-            planned = stacks(members, device)  # ...to here (their optimizers and filters)
-            for m in members:
-                if m.result is None:
-                    m.open()  # the first write
-                    if m.tracker is not None:
-                        m.tracker.start()  # before any clock: W&B's start-up is not training time
+            with phase("set-up"):
+                planned = stacks(members, device)  # ...to here (their optimizers and filters)
+                for m in members:
+                    if m.result is None:
+                        m.open()  # the first write
+                        if m.tracker is not None:
+                            m.tracker.start()  # before any clock: W&B's start-up is not training time
             race = Race(members)
             for stack in planned:
                 train_stack(stack, device, compile, stop, race)
@@ -142,7 +146,8 @@ def train_stack(stack: Stack, device: torch.device, compile: bool, stop: _StopFl
     with precision.matmul_mode(cfg.precision, device):
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
-                checkpoint(stack, step, clock.now())
+                with phase("checkpoint"):
+                    checkpoint(stack, step, clock.now())
                 if stop.raised:
                     _preempted(stack, step, stop.raised, progress)
             if step % cfg.eval_every == 0 or step == cfg.steps:
@@ -157,7 +162,8 @@ def train_stack(stack: Stack, device: torch.device, compile: bool, stop: _StopFl
                 if not stack.live:
                     break
                 clock.resize(len(stack.live))
-            train_step(stack, step, forward)  # never after the budget's step: every member stopped there
+            with phase("step"):
+                train_step(stack, step, forward)  # never after the budget's step: every member stopped there
     progress.close()
 
 
@@ -194,21 +200,26 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag
     members that stop here: all of it on the weights each method means to be evaluated (the
     optimizer contract's eval mode, where an optimizer has one)."""
     with evaluated(stack.update):
-        with stop.at_once():  # a big model's evaluation takes minutes: a signal ends it there
+        with stop.at_once(), phase("evaluate"):  # a big model's evaluation takes minutes: a signal ends it there
             evaluations = stack.evaluate(step)
-        for i, (m, evaluation) in enumerate(zip(stack.live, evaluations)):
-            if evaluation is None:
-                m.diverged = True
-                m.notes.append("diverged")
-                continue
-            m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
-            if stack.cfg.keep_weights:
-                m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
-        for m in stack.live:
-            raced = "raced" if race and race.lost(m, step) else None
-            # at the budget's end too, here: the final weights kept are the ones just evaluated
-            if reason := stop_reason(m, stack.cfg, step) or raced or ("budget" if step >= stack.cfg.steps else None):
-                finish(stack, m, step, reason, m.wall_before + clock.now(), how)
+        with phase("write"):
+            for i, (m, evaluation) in enumerate(zip(stack.live, evaluations)):
+                if evaluation is None:
+                    m.diverged = True
+                    m.notes.append("diverged")
+                    continue
+                m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
+                if stack.cfg.keep_weights:
+                    m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
+            for m in stack.live:
+                raced = "raced" if race and race.lost(m, step) else None
+                # at the budget's end too, here: the final weights kept are the ones just evaluated
+                if (
+                    reason := stop_reason(m, stack.cfg, step)
+                    or raced
+                    or ("budget" if step >= stack.cfg.steps else None)
+                ):
+                    finish(stack, m, step, reason, m.wall_before + clock.now(), how)
 
 
 def stop_reason(m: Member, cfg, step: int) -> str | None:
