@@ -141,7 +141,7 @@ def test_wandb_online_without_a_network_falls_back_to_offline_with_one_line(tmp_
     from suite.launch import tracking
 
     env = {"WANDB_MODE": "online", "WANDB_API_KEY": "a" * 40, "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
-    monkeypatch.setattr(tracking, "INIT_TIMEOUT_S", 3.0)  # what SUITE_WANDB_INIT_TIMEOUT=3 sets at its import
+    env["SUITE_WANDB_INIT_TIMEOUT"] = "3"  # read as the run starts, not when the suite is imported
     monkeypatch.setattr(tracking, "_online_failed", False)  # this process's first online attempt
     proc = cli("run", *ARGS, "--out", tmp_path / "run", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

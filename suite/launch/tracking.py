@@ -43,9 +43,10 @@ from suite.results.rundir import check_writable, read_text, write_atomic
 from suite.specs.spec import cell_id, spec_id
 
 ID_FILE = "wandb_id.txt"
-# Seconds W&B may take to reach its server before a run falls back to offline: W&B's own default
-# (90 s, then retries) would stall every run of a machine without network.
-INIT_TIMEOUT_S = float(os.environ.get("SUITE_WANDB_INIT_TIMEOUT", 15))
+# Seconds W&B may take to reach its server before a run falls back to offline (SUITE_WANDB_INIT_TIMEOUT,
+# read when a run starts): W&B's own default (90 s, then retries) would stall every run of a machine
+# without network.
+INIT_TIMEOUT_S = 15.0
 _online_failed = False  # once online failed in this process, later runs go offline at once
 MODES = ("off", "offline", "online")
 SUMMARY_KEYS = (
@@ -218,9 +219,10 @@ class WandbTracker:
         if self.init_args["mode"] == "online" and _online_failed:
             self.init_args["mode"] = "offline"
         try:
+            timeout = float(os.environ.get("SUITE_WANDB_INIT_TIMEOUT", INIT_TIMEOUT_S))
             # a folder logged after the fact is one of hundreds (`suite track`): W&B's own ~35 lines a run
             # buried the one line track says of each
-            settings = wandb.Settings(init_timeout=INIT_TIMEOUT_S, silent=self.finished)
+            settings = wandb.Settings(init_timeout=timeout, silent=self.finished)
             self.run = wandb.init(**self.init_args, id=run_id, settings=settings)
         except Exception as err:  # noqa: BLE001 - no network, no key, W&B down: the run goes on, logged offline
             if self.init_args["mode"] != "online":
