@@ -48,6 +48,8 @@ One word for each thing:
                manifest's "ensemble", a bench report's "ensembles" section)
     chunk      one process's share of a grid submission: whole groups, in turn; an array task runs one
     table      on a board: the runs that differ only in their method and seed, a row per method
+    problem    on a board, what runs share besides their method and seed (task, model, train
+               conditions); a table holds a problem's rows, one per method
 """
 
 import os as _os

@@ -1,5 +1,5 @@
 """Speed-ups with an interval, exact permutation p-values, the verdict, Holm's adjustment and the pooled
-verdict over cells, against hand-computed cases."""
+verdict over problems, against hand-computed cases."""
 
 import math
 
@@ -107,29 +107,29 @@ def test_holm_multiplies_the_ith_smallest_by_m_minus_i_keeps_the_order_and_caps_
     assert verdict(1.2, 2.0, 0.03, 10) == "faster" and verdict(1.2, 2.0, holm([0.03, 0.03])[0], 10).startswith("not")
 
 
-def test_pooled_is_the_geometric_mean_over_cells_with_a_sign_test_over_every_pair():
-    # cell 1: every seed 2x faster (ratio of medians 400 / 200 = 2); cell 2: baseline 1,000 on four seeds,
+def test_pooled_is_the_geometric_mean_over_problems_with_a_sign_test_over_every_pair():
+    # problem 1: every seed 2x faster (ratio of medians 400 / 200 = 2); problem 2: baseline 1,000 on four seeds,
     # the method 250 on three, 4,000 on one, and both failed on the fifth (a tie): ratio 1,000 / 250 = 4.
-    cells = [
+    problems = [
         ([400, 400, 500, 600, 400], [200, 200, 250, 300, 200]),
         ([1000, 1000, 1000, 1000, INF], [250, 250, 250, 4000, INF]),
     ]
-    result = pooled(cells)
+    result = pooled(problems)
     assert result["speedup"] == pytest.approx(math.sqrt(2 * 4))
     assert (result["wins"], result["losses"], result["ties"], result["n_pairs"], result["n"]) == (8, 1, 1, 10, 5)
     # the sign test, ties dropped: 8 of 9, two-sided 2 x (1 + 9) / 2^9
     assert result["p"] == pytest.approx(20 / 512)
-    # p < 0.05, but cell 2 resamples to a median of 4,000 or inf often enough (3+ of 5 draws from those
+    # p < 0.05, but problem 2 resamples to a median of 4,000 or inf often enough (3+ of 5 draws from those
     # two seeds) that the interval reaches below 1: not resolved
     assert result["low"] < 1 < result["high"] and result["verdict"] == "not resolved (n = 5)"
-    assert result == pooled(cells)  # the same on every call and machine
-    # three cells every seed 2x-3x faster: 15 wins of 15, p = 2 / 2^15, interval above 1
+    assert result == pooled(problems)  # the same on every call and machine
+    # three problems every seed 2x-3x faster: 15 wins of 15, p = 2 / 2^15, interval above 1
     faster = pooled([([300] * 5, [100, 150, 150, 100, 150])] * 2 + [([600, 700, 800, 900, 1000], [300] * 5)])
     assert faster["p"] == pytest.approx(2 / 2**15) and faster["low"] > 1 and faster["verdict"] == "faster"
 
 
-def test_pooled_cancels_a_cell_only_the_baseline_reached_against_one_only_the_method_reached():
-    # ratios 100 / L and L / 400 (L: a failure's time) multiply to 1/4; with 8x in the third cell the
+def test_pooled_cancels_a_problem_only_the_baseline_reached_against_one_only_the_method_reached():
+    # ratios 100 / L and L / 400 (L: a failure's time) multiply to 1/4; with 8x in the third problem the
     # product is 2, the geometric mean 2^(1/3); not 0 x inf = nan
     result = pooled([([100] * 5, [INF] * 5), ([INF] * 5, [400] * 5), ([800] * 5, [100] * 5)])
     assert result["speedup"] == pytest.approx(2 ** (1 / 3))

@@ -66,8 +66,8 @@ def test_one_root_compares_the_methods_its_filters_keep(tmp_path):
     assert (row["method_a"], row["method_b"], float(row["speedup"])) == ("adam", "adamw", 2.0)
 
 
-def test_filters_on_a_cell_setting_compare_each_method_with_itself_across_cells(tmp_path):
-    # embed_init 1 grokks at 600, 0.03 at 300, for adam and adamw alike; a third cell (op mul) differs
+def test_filters_on_a_problem_setting_compare_each_method_with_itself_across_problems(tmp_path):
+    # embed_init 1 grokks at 600, 0.03 at 300, for adam and adamw alike; a third problem (op mul) differs
     # in a setting the filters do not name, so nothing meets it
     for seed in range(5):
         for opt in ("adam", "adamw"):
@@ -88,7 +88,7 @@ def test_filters_on_a_cell_setting_compare_each_method_with_itself_across_cells(
         assert math.isclose(float(row["p_value"]), 2 / 32)
 
 
-def test_cells_of_different_task_settings_are_not_paired(tmp_path):
+def test_problems_of_different_task_settings_are_not_paired(tmp_path):
     for seed in range(5):
         write_run(tmp_path / "r", seed, grok_step=600, task={"skew": 0})
         write_run(tmp_path / "r", seed, grok_step=300, task={"skew": 3})
@@ -100,7 +100,7 @@ def test_cells_of_different_task_settings_are_not_paired(tmp_path):
     assert row["paired"] == "False" and math.isclose(float(row["p_value"]), 2 / 252) and row["verdict"] == "faster"
 
 
-def test_a_cell_setting_both_filters_name_alike_only_narrows_both_sides(tmp_path):
+def test_a_problem_setting_both_filters_name_alike_only_narrows_both_sides(tmp_path):
     for seed in range(5):
         for op, slow in (("add", 600), ("mul", 900)):
             write_run(tmp_path / "r", seed, opt="adam", grok_step=slow, task={"op": op})
@@ -146,7 +146,7 @@ def test_two_roots_of_different_methods_say_that_two_roots_pair_a_method_with_it
     assert not (tmp_path / "out").exists()
 
 
-def test_a_quick_run_compares_with_the_committed_board_of_its_cell(tmp_path, capsys):
+def test_a_quick_run_compares_with_the_committed_board_of_its_problem(tmp_path, capsys):
     # README's quick grid stops a run sat at chance (train.chance_patience 2,000), the adamlr board's
     # runs never stopped so: that stopping rule split the same method in two, and nothing met
     (tmp_path / "quick.toml").write_text(

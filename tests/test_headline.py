@@ -1,6 +1,6 @@
 """The answer one glance away (issue 63): `suite leaderboard ROOT --out OUT --headline README` writes a
 tuned board's answer between the headline markers of leaderboards/README.md (three lines, a table
-of methods x cells, a figure), every number tuning.md's; the committed README holds what its recorded
+of methods x problems, a figure), every number tuning.md's; the committed README holds what its recorded
 command writes; the terminal ends a board with one sentence of its verdicts; legends are never cut off."""
 
 import os
@@ -16,7 +16,7 @@ from suite.cli import main
 from suite.leaderboard.headline import END, FIGURE, recorded_command, verdicts, word
 from suite.leaderboard.plots import figure, to_png
 
-# two cells, a baseline and two methods against it, one point each: a tuned board in a minute
+# two problems, a baseline and two methods against it, one point each: a tuned board in a minute
 FIGHT = (
     'name = "fight"\n'
     + PARITY_FIXED
@@ -59,7 +59,7 @@ def block_of(readme_text: str) -> str:
 
 def shown_as(row: dict | None) -> str:
     """A verdict of tuning.md as the headline's table shows it: the speed-up and its interval, then the
-    verdict; a method with no row in a cell (its search found no working point there), "no row"."""
+    verdict; a method with no row in a problem (its search found no working point there), "no row"."""
     if row is None:
         return "no row"
     speedup, verdict = row["speed-up [95% CI]"], word(row["verdict"])
@@ -78,7 +78,7 @@ def test_the_headline_gives_tuning_md_s_verdicts_in_three_lines_a_table_and_a_fi
     lines = block_of(text).strip().splitlines()
     assert lines[0].startswith("**Which methods make grokking come sooner than tuned adam, once every method")
     assert "[`tuned`](tuned/tuning.md): 2 cells (k2, k3), 2 methods against it, 5 final seeds a row" in lines[0]
-    cells, methods = verdicts((out / "tuning.md").read_text())
+    per_problem, methods = verdicts((out / "tuning.md").read_text())
     pooled = {m["method"]: m for m in methods}
     assert len(lines[1:3]) == 2 and not lines[3]  # the three lines of the answer, then the table
     faster = [m for m in pooled if word(pooled[m]["verdict"]) == "faster"]
@@ -89,9 +89,9 @@ def test_the_headline_gives_tuning_md_s_verdicts_in_three_lines_a_table_and_a_fi
     table = [line for line in lines if line.startswith("| ")]
     assert table[0] == "| method | k2 | k3 | over every cell |"
     for row in table[1:]:
-        method, *by_cell, overall = [c.strip() for c in row.strip("|").split(" | ")]
-        for cell, shown in zip(("k2", "k3"), by_cell):
-            rows = [r for r in cells if r["cell"] == cell and r["method"] == method]
+        method, *by_problem, overall = [c.strip() for c in row.strip("|").split(" | ")]
+        for problem, shown in zip(("k2", "k3"), by_problem):
+            rows = [r for r in per_problem if r["cell"] == problem and r["method"] == method]
             assert len(rows) <= 1 and shown == shown_as(rows[0] if rows else None)
         assert overall == (shown_as(pooled[method]) if method in pooled else "no verdict")
     assert {row.split(" | ")[0].strip("| ") for row in table[1:]} == {"adamlr", "sgd"}  # the baseline is no row

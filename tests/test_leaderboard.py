@@ -16,7 +16,7 @@ from suite.cli import main
 from suite.engine.milestones import Milestones
 from suite.leaderboard import generate
 from suite.leaderboard.baseline import is_plain, pick_baseline
-from suite.leaderboard.collect import CellLabels, MethodLabels
+from suite.leaderboard.collect import MethodLabels, ProblemLabels
 from suite.leaderboard.stats import outcome, performance_profile, summarise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,22 +122,22 @@ def test_headers_say_how_the_tables_were_made(board):
     assert "Budget 1500 steps" in page and "seeds 0, 1" in page
 
 
-def results_by_cell_and_method() -> dict:
+def results_by_problem_and_method() -> dict:
     """Straight from the result files, without the leaderboard's code."""
     out: dict = {}
     for path in (FIXTURE / "runs").rglob("result.json"):
         r = json.loads(path.read_text())
         s = r["spec"]
-        cell = (s["model"]["name"], s["task"]["p"], s["task"]["split"])
+        problem = (s["model"]["name"], s["task"]["p"], s["task"]["split"])
         method = (s["opt"]["name"], s["opt"].get("c"), s["filter"]["name"], s["sampler"]["batch_size"])
-        out.setdefault(cell, {}).setdefault(method, []).append(r)
+        out.setdefault(problem, {}).setdefault(method, []).append(r)
     return out
 
 
 def test_numbers_trace_to_the_result_files(board):
     table = pd.read_csv(board / "modular-mlp.csv", keep_default_na=False)
     row = table[(table["cell"] == "p=23 split=random") & (table["method"] == "adamlr c=10 / random bs=64")].iloc[0]
-    results = results_by_cell_and_method()[("mlp", 23, "random")][("adamlr", 10.0, "none", 64)]
+    results = results_by_problem_and_method()[("mlp", 23, "random")][("adamlr", 10.0, "none", 64)]
     grok = sorted(r["grok_step"] for r in results if r["grok_step"] is not None)
     assert row["seeds"] == len(results) and row["grokked"] == len(grok)
     assert float(row["success_rate"]) == len(grok) / len(results)
@@ -150,12 +150,12 @@ def test_numbers_trace_to_the_result_files(board):
 
 def test_each_row_is_compared_with_the_matching_plain_adam_row(board):
     table = pd.read_csv(board / "modular-mlp.csv", keep_default_na=False)
-    for cell, rows in table.groupby("cell"):
+    for problem, rows in table.groupby("cell"):  # the CSV's "cell" column: the problem's label
         ttt = dict(zip(rows["method"], rows["time_to_target"].astype(float)))
         for r in rows.itertuples():
             bs = json.loads(r.method_settings)["sampler.batch_size"]
             plain = f"adam / random bs={bs}"
-            assert r.baseline == plain, (cell, r.method)
+            assert r.baseline == plain, (problem, r.method)
             base, own = ttt[plain], float(r.time_to_target)
             if math.isfinite(base) and math.isfinite(own):
                 assert float(r.speedup) == pytest.approx(base / own, rel=1e-5)
@@ -194,7 +194,7 @@ def test_baseline_is_the_plain_row_that_agrees_most_then_the_fastest():
     assert pick_baseline(method(), []) is None
 
 
-CELL = {"train.memorization": 0.99, "train.target": 0.99, "train.hold": 100}
+PROBLEM = {"train.memorization": 0.99, "train.target": 0.99, "train.hold": 100}
 
 
 def curve(vals, every=50):
@@ -202,8 +202,8 @@ def curve(vals, every=50):
     return pd.DataFrame([{"step": i * every, "train_acc": 1.0 if i else 0.1, "val_acc": v} for i, v in enumerate(vals)])
 
 
-def reached(vals, budget=1000, **cell):
-    return outcome(curve(vals), {}, CELL | cell, budget)
+def reached(vals, budget=1000, **problem):
+    return outcome(curve(vals), {}, PROBLEM | problem, budget)
 
 
 def test_outcome_judges_a_run_by_the_held_rule_within_the_budget():
@@ -215,7 +215,7 @@ def test_outcome_judges_a_run_by_the_held_rule_within_the_budget():
     cut = reached([0.01, 0.5, 0.3, 0.995, 0.995, 0.995, 0.2], budget=250)
     assert (cut["grok_step"], cut["collapsed"], cut["final_val"]) == (150, False, 0.995)
     # without metrics: result.json's milestones, those within the budget
-    old = outcome(None, {"memorization_step": 50, "grok_step": 1200, "first_touch_step": 900}, CELL, 1000)
+    old = outcome(None, {"memorization_step": 50, "grok_step": 1200, "first_touch_step": 900}, PROBLEM, 1000)
     assert (old["memorization_step"], old["grok_step"], old["first_touch_step"]) == (50, None, 900)
 
 
@@ -249,7 +249,7 @@ def test_performance_profile_scores():
     ]  # nobody reached the target
     table = pd.DataFrame(
         [
-            {"task": "t", "model": "m", "cell_label": c, "method": m, "time_to_target": float(t), "settings": {}}
+            {"task": "t", "model": "m", "problem_label": c, "method": m, "time_to_target": float(t), "settings": {}}
             for c, m, t in rows
         ]
     )
@@ -290,8 +290,8 @@ def test_labels_name_only_what_varies():
         "adam / random bs=512 / loss=stablemax",
     ]
     assert label(methods[1], drop=("opt.c", "sampler", "train.loss")) == "adamlr"
-    cells = [{"task.name": "modular", "task.p": p, "model.name": "mlp", "model.d": 32} for p in (23, 31)]
-    assert [CellLabels({i: c for i, c in enumerate(cells)})(c) for c in cells] == ["p=23", "p=31"]
+    problems = [{"task.name": "modular", "task.p": p, "model.name": "mlp", "model.d": 32} for p in (23, 31)]
+    assert [ProblemLabels({i: c for i, c in enumerate(problems)})(c) for c in problems] == ["p=23", "p=31"]
 
 
 def test_plots_sit_next_to_their_tables(board):
@@ -502,11 +502,11 @@ def test_each_split_shows_its_operand_probabilities_in_train_and_test():
     from suite.leaderboard.studies.grokking import plot_split_tokens, split_tokens
     from suite.specs.spec import resolve
 
-    def cell(split, **extra):
+    def problem(split, **extra):
         task = resolve({}, {"p": 31, "split": split, **extra})["task"]
         return {f"task.{k}": v for k, v in task.items()}
 
-    probs = dict(split_tokens({s: cell(s) for s in ("skewed", "random", "uniform")}))
+    probs = dict(split_tokens({s: problem(s) for s in ("skewed", "random", "uniform")}))
     assert list(probs) == ["uniform", "random", "skewed"]  # the plots' order
     for sets in probs.values():
         for which in ("train", "test"):
@@ -516,9 +516,9 @@ def test_each_split_shows_its_operand_probabilities_in_train_and_test():
     a_train, a_test = probs["skewed"]["train"][0], probs["skewed"]["test"][0]
     assert a_train[:10].sum() > 2 * a_train[-10:].sum() and a_test[:10].sum() > 2 * a_test[-10:].sum()
     assert plot_split_tokens("t", list(probs.items())).startswith(b"\x89PNG")
-    old = {**cell("skewed"), "task.zipf_s": 1.0}  # a run of an older suite: no figure, no failure
+    old = {**problem("skewed"), "task.zipf_s": 1.0}  # a run of an older suite: no figure, no failure
     del old["task.skew"]
-    assert split_tokens({"skewed": old, "random": cell("random")}) is None
+    assert split_tokens({"skewed": old, "random": problem("random")}) is None
 
 
 def test_the_sampling_figure_names_each_skew_and_ignores_it_where_the_split_does_not_read_it():
@@ -527,18 +527,18 @@ def test_the_sampling_figure_names_each_skew_and_ignores_it_where_the_split_does
     from suite.leaderboard.studies.grokking import split_label, split_order, split_tokens
     from suite.specs.spec import resolve
 
-    def cell(split, skew):
+    def problem(split, skew):
         task = resolve({}, {"p": 31, "split": split, "skew": skew})["task"]
         return {f"task.{k}": v for k, v in task.items()}
 
-    cells = [
-        cell("skewed", 5.0),
-        cell("random", 3.0),
-        cell("skewed", 0.5),
-        cell("skewed_train", 3.0),
-        cell("uniform", 5.0),
+    problems = [
+        problem("skewed", 5.0),
+        problem("random", 3.0),
+        problem("skewed", 0.5),
+        problem("skewed_train", 3.0),
+        problem("uniform", 5.0),
     ]
-    labelled = {split_label(c): c for c in cells}
+    labelled = {split_label(c): c for c in problems}
     assert split_order(labelled) == ("uniform", "random", "skewed skew=0.5", "skewed skew=5", "skewed_train skew=3")
     probs = dict(split_tokens(labelled))
     mild, strong = probs["skewed skew=0.5"]["test"][0], probs["skewed skew=5"]["test"][0]
@@ -621,10 +621,10 @@ def test_a_run_that_held_then_collapsed_is_not_grokked_on_the_board_and_the_head
     assert "held 200 steps and never below 0.475 after; grokked runs watched 600 steps past their grok step" in page
 
 
-def test_the_baseline_column_names_a_row_on_a_board_that_mixes_cells(tmp_path):
+def test_the_baseline_column_names_a_row_on_a_board_that_mixes_problems(tmp_path):
     root = tmp_path / "runs"
     write_curve_run(root, 0, GROKS)
-    write_curve_run(root, 0, GROKS, opt="adamlr", split="uniform")  # a cell without a plain row
+    write_curve_run(root, 0, GROKS, opt="adamlr", split="uniform")  # a problem without a plain row
     generate(root, tmp_path / "out")
     page = (tmp_path / "out" / "modular-mlp.md").read_text()
     rows = [line.split(" | ") for line in page.splitlines() if line.startswith("| 1 |")]
@@ -643,7 +643,7 @@ def test_the_profile_races_methods_only_at_the_same_batch_size():
             {
                 "task": "t",
                 "model": "m",
-                "cell_label": "A",
+                "problem_label": "A",
                 "method": m,
                 "time_to_target": float(t),
                 "settings": {"sampler.batch_size": bs},

@@ -12,7 +12,7 @@ import pytest
 
 from suite.leaderboard import generate
 from suite.leaderboard.collect import collect
-from suite.leaderboard.stats import cell_tables
+from suite.leaderboard.stats import problem_tables
 from suite.leaderboard.studies import Page, Table
 from suite.leaderboard.studies import embedding_questions as study
 
@@ -41,8 +41,8 @@ def write_run(
         "train": {"steps": STEPS, "eval_every": EVERY, "memorization": 0.99, "target": 0.95, "hold": 0},
         "seed": seed,
     }
-    cell = "".join(f"-{k}{v}" for k, v in {**(task or {}), **(model or {})}.items())
-    run = root / f"{opt}-wd{wd:g}{cell}" / f"seed{seed}"
+    problem = "".join(f"-{k}{v}" for k, v in {**(task or {}), **(model or {})}.items())
+    run = root / f"{opt}-wd{wd:g}{problem}" / f"seed{seed}"
     run.mkdir(parents=True)
     (run / "spec.json").write_text(json.dumps(spec))
     (run / "result.json").write_text(
@@ -73,8 +73,8 @@ def write_run(
 
 def one_table(root: Path) -> Table:
     col = collect(root)
-    rows = cell_tables(col).sort_values("row")
-    return Table(col, rows, col.runs, "test cell")
+    rows = problem_tables(col).sort_values("row")
+    return Table(col, rows, col.runs, "test problem")
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_weight_decay_groups_hold_grok_steps_and_norm_x_lambda_per_lambda(tmp_pa
     write_wd_sweep(tmp_path, (1e-4, 1e-3, 2e-3, 3e-3), opts=("adam", "adamw"))
     write_run(tmp_path, 0, opt="sgd", wd=1e-3)  # one lambda only: no line of its own
     col = collect(tmp_path)
-    groups = study.weight_decay_groups(Page(col, cell_tables(col)))
+    groups = study.weight_decay_groups(Page(col, problem_tables(col)))
     assert [label for label, _ in groups] == ["adam", "adamw"]
     df = groups[0][1]
     assert list(df["wd"]) == [1e-4, 1e-3, 2e-3, 3e-3]
@@ -186,7 +186,7 @@ def test_weight_decay_figure_needs_three_lambdas_and_fits_the_slope(tmp_path, fi
     assert not any(f.endswith("wd_frequency.png") for f in generate(tmp_path / "two", tmp_path / "two_out"))
     write_wd_sweep(tmp_path / "runs", (1e-4, 1e-3, 3e-3, 1e-2))
     col = collect(tmp_path / "runs")
-    page = Page(col, cell_tables(col))
+    page = Page(col, problem_tables(col))
     ((heading, label, suffix, fig, _),) = study.weight_decay_x_frequency(page)
     assert suffix == "wd_frequency"
     grok, norm = fig.axes[:2]
@@ -215,7 +215,7 @@ def test_the_slope_leaves_out_rows_where_only_some_seeds_grokked(tmp_path, figur
         for seed, grok in enumerate(groks):
             write_run(tmp_path, seed, wd=wd, grok_step=grok)
     col = collect(tmp_path)
-    ((_, _, _, fig, text),) = study.weight_decay_x_frequency(Page(col, cell_tables(col)))
+    ((_, _, _, fig, text),) = study.weight_decay_x_frequency(Page(col, problem_tables(col)))
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == ["adam (slope 1.00)"]  # 1/3 at 4e-3 would pull it to ~3
     # the table says the same, and every seed of a level alike leaves no width to the interval; the

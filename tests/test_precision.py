@@ -122,7 +122,7 @@ def test_the_leaderboard_reads_an_older_spec_as_fp32_and_keeps_bf16_a_method_of_
     (tmp_path / "older" / "result.json").write_text(json.dumps(result))
     runs = collect(tmp_path).runs.set_index("dir")
     assert runs.loc["older", "method_id"] == runs.loc["fp32", "method_id"] != runs.loc["bf16", "method_id"]
-    assert runs.loc["older", "cell_id"] == runs.loc["bf16", "cell_id"]
+    assert runs.loc["older", "problem_id"] == runs.loc["bf16", "problem_id"]
 
 
 def test_native_bf16_units_are_read_from_the_cpu_flags():

@@ -153,11 +153,11 @@ def test_a_method_whose_search_found_no_working_point_runs_no_final_seeds(tmp_pa
 
 def test_the_profile_by_method_keeps_a_method_one_row_when_it_chose_different_points():
     # profile.md keys rows by settings; tuning.md's profile must not split a tuned method in two
-    def row(cell, label, time):
+    def row(problem, label, time):
         return {
             "task": "modular",
             "model": "mlp",
-            "cell_label": cell,
+            "problem_label": problem,
             "settings": {},
             "method": label,
             "time_to_target": time,

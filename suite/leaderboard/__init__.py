@@ -13,22 +13,24 @@ the results (not the time, not the current commit), so running the command again
 same runs rewrites every table byte for byte.
 
 Words used in the tables (AlgoPerf's habit, Dahl et al. arXiv 2306.07179):
-- cell: a task with all its settings x a model with all its settings x the targets
-  (train.memorization, train.target, train.hold). One section per cell, one file per (task, model).
+- problem: a task with all its settings x a model with all its settings x the targets
+  (train.memorization, train.target, train.hold). One section per problem, one file per (task, model).
+  What a board writes calls it a cell (index.md's definitions, the "cell" columns of its CSVs and
+  tables); in the code it is a problem, and a cell is the suite's (suite/__init__.py).
 - method: optimizer + filter + sampler with all their settings, plus the train settings that
   change training (loss, warmup_steps, ...). The budget and evaluation settings (steps,
   eval_every, patience, eval_batch, checkpoint_every, hessian_every, keep_weights) are conditions, not methods.
-- budget of a cell: the smallest train.steps among its runs; a seed that ran with several
+- budget of a problem: the smallest train.steps among its runs; a seed that ran with several
   budgets counts once (its longest run), judged on its evaluations up to the budget.
 - success: the grok step (the target held for train.hold steps) was reached within the budget.
 - time to target: the median grok step over seeds, a seed that failed counting as infinity
   (AlgoPerf's median over studies), so it is inf when at least half the seeds failed.
-- baseline of a row: a plain Adam / AdamW row of its cell, the rule in baseline.py.
+- baseline of a row: a plain Adam / AdamW row of its problem, the rule in baseline.py.
   speed-up = baseline's time to target / row's, with a bootstrap interval, an exact
   permutation p-value and a verdict (speedup.py).
-- performance profile: in every cell and batch size where at least two methods ran and one
+- performance profile: in every problem and batch size where at least two methods ran and one
   reached the target, ratio r = a method's time to target / the best (inf for a failure);
-  rho(tau) = share of the cells a method ran in with r <= tau; score = area under rho over
+  rho(tau) = share of the problems a method ran in with r <= tau; score = area under rho over
   [1, tau_max] / (tau_max - 1), so 1 = best everywhere it ran, 0 = never within tau_max.
 
 Layout: collect.py reads the runs, stats.py computes the numbers (baseline.py picks each row's
@@ -42,11 +44,11 @@ module there, for instance suite/leaderboard/studies/my_study.py:
     from suite.leaderboard.plots import figure, to_png
     from suite.leaderboard.studies import Table, section
 
-    @section("table")  # a figure under every cell's table; "page" and "board" also exist
+    @section("table")  # a figure under every problem's table; "page" and "board" also exist
     def wall_time(table: Table) -> list:
         fig = figure(figsize=(6, 4))
         fig.subplots().bar(table.rows["method"], table.rows["wall_s_median"])
-        return [("wall time", "wall_time", to_png(fig))]  # -> <page>/<cell>.wall_time.png
+        return [("wall time", "wall_time", to_png(fig))]  # -> <page>/<problem>.wall_time.png
 
 What is specific to the studies this suite was built for (the c sweep and sampling figures, the
 number probes' page) lives in that package; which rows are the plain baselines, in baseline.py.
@@ -182,7 +184,8 @@ def _write_listed(out: Path, files: Files) -> None:
     write_atomic(listing, "".join(f"{rel}\n" for rel in sorted(files)))
 
 
-# what index.md says of the tables; the plain rows are printed from baseline.py's rule itself
+# what index.md says of the tables (a cell there is a problem here); the plain rows are printed from
+# baseline.py's rule itself
 DEFINITIONS = f"""\
 ## How to read the tables
 

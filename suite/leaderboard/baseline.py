@@ -1,7 +1,7 @@
-"""Which row of a cell is the baseline a row's speed-up is measured against.
+"""Which row of a problem's table is the baseline a row's speed-up is measured against.
 
 The reference is the grokking papers' plain training: Adam or AdamW, no filter, plain sampling
-(random, epoch or full batch), cross-entropy. A row's baseline is, among the cell's plain rows,
+(random, epoch or full batch), cross-entropy. A row's baseline is, among the problem's plain rows,
 the one that agrees with the row on the most method settings; ties go to the faster baseline
 (smaller time to target), then to more seeds, then to the label. A plain row is its own baseline.
 

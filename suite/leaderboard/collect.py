@@ -1,6 +1,6 @@
 """Reading the runs: every result.json under a root, by the runner that wrote it, into a Collection.
 
-Training runs (runner "train") also become a table with one row per run, keyed by cell and
+Training runs (runner "train") also become a table with one row per run, keyed by problem and
 method (the words are defined in suite/leaderboard/__init__.py), with short labels for both;
 other runners' results are kept as they are, for the sections that read them.
 """
@@ -23,8 +23,8 @@ from suite.specs.config import TrainConfig
 from suite.specs.spec import spec_id, with_later_defaults
 
 COMPONENTS = ("opt", "filter", "sampler")
-# part of the cell: steps to different targets, or held for different windows, do not compare
-CELL_TRAIN = ("memorization", "target", "hold")
+# part of the problem: steps to different targets, or held for different windows, do not compare
+PROBLEM_TRAIN = ("memorization", "target", "hold")
 CONDITION_TRAIN = ("steps", "eval_every", "patience", "eval_batch", "checkpoint_every", "hessian_every", "keep_weights")
 
 
@@ -96,7 +96,7 @@ class Collection:
     root: Path
     results: dict  # runner -> [{"dir", "spec", "result"}], in path order
     runs: pd.DataFrame  # one row per training run
-    cells: dict  # cell id -> settings ("task.p": 97, ...)
+    problems: dict  # problem id -> settings ("task.p": 97, ...)
     methods: dict  # method id -> settings ("opt.name": "adam", ...)
     metrics: dict = field(default_factory=dict)  # run folder -> DataFrame of metrics.jsonl
     result_of: dict = field(default_factory=dict)  # run folder -> its result.json
@@ -106,8 +106,8 @@ class Collection:
         return MethodLabels(self.methods)
 
     @cached_property
-    def cell_label(self) -> CellLabels:
-        return CellLabels(self.cells)
+    def problem_label(self) -> ProblemLabels:
+        return ProblemLabels(self.problems)
 
 
 RUN_COLUMNS = [
@@ -116,7 +116,7 @@ RUN_COLUMNS = [
     "seed",
     "task",
     "model",
-    "cell_id",
+    "problem_id",
     "method_id",
     "wall_s",
     "budget",
@@ -133,7 +133,7 @@ def collect(root: str | Path) -> Collection:
     if not root.is_dir():
         raise SuiteError(f"{root}: no such directory of runs")
     col = Collection(root, {}, pd.DataFrame(columns=RUN_COLUMNS), {}, {})
-    ids: dict = {"cell": {}, "method": {}}
+    ids: dict = {"problem": {}, "method": {}}
     rows = []
     for rel, runner, result in _results(root):
         col.results.setdefault(runner, []).append({"dir": rel, "spec": result["spec"], "result": result})
@@ -174,20 +174,20 @@ def problem_and_method(spec: dict) -> tuple[dict, dict]:
     and the rest of the train settings: a row of that table)."""
     train = spec["train"]
     problem = {f"{kind}.{k}": frozen(v) for kind in ("task", "model") for k, v in spec[kind].items()}
-    problem |= {f"train.{k}": frozen(train[k]) for k in CELL_TRAIN if k in train} | {"train.hold": hold_of(train)}
+    problem |= {f"train.{k}": frozen(train[k]) for k in PROBLEM_TRAIN if k in train} | {"train.hold": hold_of(train)}
     method = {f"{kind}.{k}": frozen(v) for kind in COMPONENTS for k, v in spec[kind].items()}
-    method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in CELL_TRAIN + CONDITION_TRAIN}
+    method |= {f"train.{k}": frozen(v) for k, v in train.items() if k not in PROBLEM_TRAIN + CONDITION_TRAIN}
     return problem, method
 
 
 def _training_run(col: Collection, ids: dict, rel: str, result: dict) -> dict:
-    """A training run's row: its cell and method (registered in col on first sight), its metrics read."""
+    """A training run's row: its problem and method (registered in col on first sight), its metrics read."""
     spec = result["spec"]
     train = spec["train"]
-    cell, method = problem_and_method(spec)
-    cell_id = ids["cell"].setdefault(settings_key(cell), len(ids["cell"]))
+    problem, method = problem_and_method(spec)
+    problem_id = ids["problem"].setdefault(settings_key(problem), len(ids["problem"]))
     method_id = ids["method"].setdefault(settings_key(method), len(ids["method"]))
-    col.cells.setdefault(cell_id, cell)  # in the spec's order, for the headers
+    col.problems.setdefault(problem_id, problem)  # in the spec's order, for the headers
     col.methods.setdefault(method_id, method)
     col.metrics[rel] = _read_metrics(col.root / rel / "metrics.jsonl")
     col.result_of[rel] = result
@@ -197,7 +197,7 @@ def _training_run(col: Collection, ids: dict, rel: str, result: dict) -> dict:
         "seed": spec["seed"],
         "task": spec["task"]["name"],
         "model": spec["model"]["name"],
-        "cell_id": cell_id,
+        "problem_id": problem_id,
         "method_id": method_id,
         "wall_s": result.get("wall_s"),
         "budget": train.get("steps"),
@@ -207,10 +207,10 @@ def _training_run(col: Collection, ids: dict, rel: str, result: dict) -> dict:
 
 
 def one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
-    """A seed of a method in a cell counts once: where it ran with several budgets (a 5,000- and a
+    """A seed of a method in a problem counts once: where it ran with several budgets (a 5,000- and a
     20,000-step run of one spec otherwise), the longest run stands for it."""
     order = runs.sort_values(["budget", "dir"], ascending=[False, True], kind="stable")
-    kept = order.drop_duplicates(["cell_id", "method_id", "seed"])
+    kept = order.drop_duplicates(["problem_id", "method_id", "seed"])
     if len(kept) < len(runs):
         print(
             f"note: {len(runs) - len(kept)} runs of a seed that also ran with a longer budget were left out",
@@ -268,12 +268,12 @@ class MethodLabels:
         return label + (" / " + shown if shown else "")
 
 
-class CellLabels:
-    """Per (task, model): the task / model / target settings that vary among its cells."""
+class ProblemLabels:
+    """Per (task, model): the task / model / target settings that vary among its problems."""
 
-    def __init__(self, cells: dict):
+    def __init__(self, problems: dict):
         by_pair = {}
-        for c in cells.values():
+        for c in problems.values():
             by_pair.setdefault((c["task.name"], c["model.name"]), []).append(c)
         self.varying = {pair: _varying(members) for pair, members in by_pair.items()}
 

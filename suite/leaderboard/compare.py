@@ -1,17 +1,18 @@
 """Two sets of runs side by side (`suite compare`): two result roots (two commits, two machines),
-two methods within one root, or one method in two cells of one root. Per pair, each side's time
+two methods within one root, or one method in two problems of one root. Per pair, each side's time
 to target (the median held grok step, a failed seed counting as infinity) with its bootstrap
 interval, the speed-up of B over A (A's median / B's) with its interval and exact p-value, and a
 verdict: the rules of suite/leaderboard/speedup.py.
 
-Two roots: a cell's method on one side meets the same method (the same settings) on the other.
+Two roots: a problem's method on one side meets the same method (the same settings) on the other.
 One root with `--a` / `--b` filters on method settings (opt.name=adam): every method the A filter
-keeps meets every method the B filter keeps, in each cell. Filters on a cell's settings
-(model.embed_init=0.03, task.skew=3) compare across cells: a method in a cell A keeps meets the
-same method in each cell B keeps that differs only in the filtered settings. A side's runs are
+keeps meets every method the B filter keeps, in each problem. Filters on a problem's settings
+(model.embed_init=0.03, task.skew=3) compare across problems: a method in a problem A keeps meets the
+same method in each problem B keeps that differs only in the filtered settings. A side's runs are
 judged within the smaller of the two budgets. Seeds are paired when both sides ran the same seeds
-on the same data: the same task settings (a seed draws the split from them), so two cells that
-differ in a model setting pair, two that differ in the task's do not.
+on the same data: the same task settings (a seed draws the split from them), so two problems that
+differ in a model setting pair, two that differ in the task's do not. (What the command prints and writes
+calls a problem a cell, in its messages and its "cell" column.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from suite.leaderboard.stats import outcome
 from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 
 # When a run stops early (at chance, or never having learned) is a condition of the run, as its budget
-# is, not what its method computes: a quick run and a committed board's run of the same cell and method
+# is, not what its method computes: a quick run and a committed board's run of the same problem and method
 # meet whatever stopping rules each ran under (a run stopped early is judged a failure either way).
 STOP_RULES = ("train.chance_patience", "train.learn_patience")
 
@@ -81,20 +82,25 @@ def _matches(settings: dict, where: dict) -> bool:
 
 
 def _groups(side: Side) -> dict:
-    """(cell key, method key) -> {"cell", "method", "labels", "runs"} of the side's kept runs."""
+    """(problem key, method key) -> {"problem", "method", "labels", "runs"} of the side's kept runs."""
     col = collect(side.root)
-    known = {k for c in col.cells.values() for k in c} | {k for m in col.methods.values() for k in m}
+    known = {k for c in col.problems.values() for k in c} | {k for m in col.methods.values() for k in m}
     for key in side.where:
         if key not in known:
             raise SuiteError(f"{side.root}: no run has a setting '{key}' (known: {', '.join(sorted(known))})")
     groups = {}
     for run in col.runs.itertuples():
-        cell, method = col.cells[run.cell_id], col.methods[run.method_id]
-        if not _matches(cell | method, side.where):
+        problem, method = col.problems[run.problem_id], col.methods[run.method_id]
+        if not _matches(problem | method, side.where):
             continue
         group = groups.setdefault(
-            (settings_key(cell), settings_key({k: v for k, v in method.items() if k not in STOP_RULES})),
-            {"cell": cell, "method": method, "labels": (col.cell_label(cell), col.method_label(method)), "runs": []},
+            (settings_key(problem), settings_key({k: v for k, v in method.items() if k not in STOP_RULES})),
+            {
+                "problem": problem,
+                "method": method,
+                "labels": (col.problem_label(problem), col.method_label(method)),
+                "runs": [],
+            },
         )
         group["runs"].append((run.seed, run.budget, col.metrics.get(run.dir), col.result_of[run.dir]))
     return groups
@@ -102,27 +108,27 @@ def _groups(side: Side) -> dict:
 
 def _times(group: dict, budget: int) -> tuple[list, list]:
     runs = sorted(group["runs"], key=lambda r: r[0])
-    return [r[0] for r in runs], [outcome(m, result, group["cell"], budget)["time"] for _, _, m, result in runs]
+    return [r[0] for r in runs], [outcome(m, result, group["problem"], budget)["time"] for _, _, m, result in runs]
 
 
 def compare(a: Side, b: Side) -> pd.DataFrame:
     """One row per pair of groups that meet (see the module)."""
     groups_a, groups_b = _groups(a), _groups(b)
     same_root = Path(a.root).resolve() == Path(b.root).resolve()
-    # cell settings the two filters set apart (one named on both sides alike only narrows both)
-    cell_keys = {k for g in [*groups_a.values(), *groups_b.values()] for k in g["cell"]}
-    across = {k for k in a.where.keys() | b.where.keys() if k in cell_keys and a.where.get(k) != b.where.get(k)}
+    # problem settings the two filters set apart (one named on both sides alike only narrows both)
+    problem_keys = {k for g in [*groups_a.values(), *groups_b.values()] for k in g["problem"]}
+    across = {k for k in a.where.keys() | b.where.keys() if k in problem_keys and a.where.get(k) != b.where.get(k)}
     rows = []
-    for (cell_key, method_key), ga in groups_a.items():
-        for (cell_key_b, method_key_b), gb in groups_b.items():
+    for (problem_key, method_key), ga in groups_a.items():
+        for (problem_key_b, method_key_b), gb in groups_b.items():
             if across:
                 meet = (
                     method_key_b == method_key
-                    and cell_key_b != cell_key
-                    and _outside(ga["cell"], across) == _outside(gb["cell"], across)
+                    and problem_key_b != problem_key
+                    and _outside(ga["problem"], across) == _outside(gb["problem"], across)
                 )
             else:
-                meet = cell_key_b == cell_key and (method_key_b != method_key) != (not same_root)
+                meet = problem_key_b == problem_key and (method_key_b != method_key) != (not same_root)
             if meet:
                 rows.append(_row(ga, gb, across))
     if not rows:
@@ -143,27 +149,27 @@ def _outside(settings: dict, keys: set) -> dict:
     return {k: v for k, v in settings.items() if k not in keys}
 
 
-def _task_settings(cell: dict) -> dict:
+def _task_settings(problem: dict) -> dict:
     """What a seed draws its data from: equal task settings, equal data seed for seed."""
-    return {k: v for k, v in cell.items() if k.startswith("task.")}
+    return {k: v for k, v in problem.items() if k.startswith("task.")}
 
 
 def _row(ga: dict, gb: dict, across: set) -> dict:
     budget = min(r[1] for r in ga["runs"] + gb["runs"])
     seeds_a, times_a = _times(ga, budget)
     seeds_b, times_b = _times(gb, budget)
-    paired = seeds_a == seeds_b and _task_settings(ga["cell"]) == _task_settings(gb["cell"])
+    paired = seeds_a == seeds_b and _task_settings(ga["problem"]) == _task_settings(gb["problem"])
     low, high = speedup_interval(times_a, times_b, paired)
     p = permutation_p(times_a, times_b, paired)
     eq_low, eq_high, equivalent = equivalence(times_a, times_b, paired)
     a_low, a_high = median_interval(times_a)
     b_low, b_high = median_interval(times_b)
     neither = math.isinf(median_time(times_a)) and math.isinf(median_time(times_b))
-    cell_label = ga["labels"][0]
+    problem_label = ga["labels"][0]
     return {
-        "task": ga["cell"]["task.name"],
-        "model": ga["cell"]["model.name"],
-        "cell": cell_label,
+        "task": ga["problem"]["task.name"],
+        "model": ga["problem"]["model.name"],
+        "cell": problem_label,
         "method_a": _label(ga, across),
         "method_b": _label(gb, across),
         "budget": budget,
@@ -188,9 +194,9 @@ def _row(ga: dict, gb: dict, across: set) -> dict:
 
 
 def _label(group: dict, across: set) -> str:
-    """The method, and for a comparison across cells the side's values of the filtered settings."""
-    cell = group["cell"]
-    return group["labels"][1] + "".join(f" {k}={cell[k]}" for k in sorted(across) if k in cell)
+    """The method, and for a comparison across problems the side's values of the filtered settings."""
+    problem = group["problem"]
+    return group["labels"][1] + "".join(f" {k}={problem[k]}" for k in sorted(across) if k in problem)
 
 
 def command(a: Side, b: Side) -> str:

@@ -1,13 +1,15 @@
 """The headline answer at the top of leaderboards/README.md, written from a tuned board (`suite
 leaderboard ROOT --out OUT --headline README`): three lines that say which methods made grokking come
-sooner once every method was tuned alike, one table of methods x cells of speed-ups with their
+sooner once every method was tuned alike, one table of methods x problems of speed-ups with their
 intervals and verdicts, and one figure of them, each method under the one name its [tuning] table gives it.
 
-Every number is tuning.md's, as the board wrote it (the per-cell verdicts, Holm-adjusted over the
-board, and the one verdict per method over every cell: suite/leaderboard/studies/tuning.py), read
+Every number is tuning.md's, as the board wrote it (the per-problem verdicts, Holm-adjusted over the
+board, and the one verdict per method over every problem: suite/leaderboard/studies/tuning.py), read
 back from its two tables, so the headline never says what the board does not. Where the board has
 no runs yet, the block says the board is being re-run and names the command that fills it. The block
-sits between two markers in the README; the rest of the README is left as it is.
+sits between two markers in the README; the rest of the README is left as it is. What it writes calls
+a problem a cell, as tuning.md's columns do (r["cell"]: a problem's name); a cell is otherwise a
+Markdown table's (_cells, a verdict cell).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ BEGIN = "<!-- headline: written by `{command}`; run it again rather than edit th
 END = "<!-- end of the headline -->"
 BEGIN_PATTERN = re.compile(r"<!-- headline: written by `([^`]*)`; run it again rather than edit this block -->")
 FIGURE = "headline.png"  # beside the README
-PER_CELL, PER_METHOD = "## Verdicts on the final seeds", "## One verdict per method"
+PER_PROBLEM, PER_METHOD = "## Verdicts on the final seeds", "## One verdict per method"
 WORDS = ("faster", "slower", "not resolved", "no verdict")  # a verdict cell's first words, in that order
 
 
@@ -68,28 +70,32 @@ def headline(readme: Path, board: str | Path | None, command: str) -> tuple[str,
     link = Path(os.path.relpath(out.resolve(), readme.parent.resolve())).as_posix()
     if board is None or not (out / "tuning.md").is_file():
         return _block(command, [_being_rerun(link, command)]), None
-    cells, methods = verdicts((out / "tuning.md").read_text())
-    if not cells:
+    per_problem, methods = verdicts((out / "tuning.md").read_text())
+    if not per_problem:
         return _block(command, [_being_rerun(link, command)]), None
-    names = list(dict.fromkeys(r["cell"] for r in cells))
-    judged = [m for m in dict.fromkeys(r["method"] for r in cells) if any(r["against"] != "-" for r in _of(cells, m))]
-    baselines = sorted({r["against"] for r in cells if r["against"] != "-"})
+    names = list(dict.fromkeys(r["cell"] for r in per_problem))
+    judged = [
+        m
+        for m in dict.fromkeys(r["method"] for r in per_problem)
+        if any(r["against"] != "-" for r in _of(per_problem, m))
+    ]
+    baselines = sorted({r["against"] for r in per_problem if r["against"] != "-"})
     lines = [
-        _answer(link, names, cells, methods, judged, baselines),
+        _answer(link, names, per_problem, methods, judged, baselines),
         "",
-        _table(names, cells, methods, judged),
+        _table(names, per_problem, methods, judged),
         f"![each method's speed-up over its tuned baseline, per cell and over every cell]({FIGURE})\n",
         "Speed-up: the tuned baseline's median time to target (held grok step, a failed seed counting as infinity) "
         "over the tuned method's, on the final seeds, with its 95% interval; `faster` / `slower` only when the "
         f"interval lies off 1 and the Holm-adjusted p is below 0.05. Every number is [tuning.md]({link}/tuning.md)'s, "
         "where the search, each row's settings, its cost and its p-values are.",
     ]
-    return _block(command, lines), figure(names, cells, methods, judged)
+    return _block(command, lines), figure(names, per_problem, methods, judged)
 
 
 def verdicts(tuning_md: str) -> tuple[list[dict], list[dict]]:
-    """tuning.md's per-cell verdicts and its one verdict per method, as rows keyed by column."""
-    return _table_rows(tuning_md, PER_CELL), _table_rows(tuning_md, PER_METHOD)
+    """tuning.md's per-problem verdicts and its one verdict per method, as rows keyed by column."""
+    return _table_rows(tuning_md, PER_PROBLEM), _table_rows(tuning_md, PER_METHOD)
 
 
 def _table_rows(text: str, heading: str) -> list[dict]:
@@ -119,9 +125,9 @@ def _of(rows: list[dict], method: str) -> list[dict]:
     return [r for r in rows if r["method"] == method]
 
 
-def _answer(link, names, cells, methods, judged, baselines) -> str:
+def _answer(link, names, per_problem, methods, judged, baselines) -> str:
     """Three lines: the question and the board, the methods found faster, the rest."""
-    seeds = sorted({r["grokked"].split("/")[1] for r in cells if "/" in r["grokked"]})
+    seeds = sorted({r["grokked"].split("/")[1] for r in per_problem if "/" in r["grokked"]})
     against = " / ".join(f"tuned {b}" for b in baselines) or "a tuned baseline"
     by_word = {w: [] for w in WORDS}
     for method in judged:
@@ -147,16 +153,18 @@ def _answer(link, names, cells, methods, judged, baselines) -> str:
     )
 
 
-def _table(names, cells, methods, judged) -> str:
+def _table(names, per_problem, methods, judged) -> str:
     rows = []
     for method in judged:
-        by_cell = {r["cell"]: r for r in _of(cells, method)}
+        by_problem = {r["cell"]: r for r in _of(per_problem, method)}
         pooled = next((m for m in methods if m["method"] == method), None)
         rows.append(
             [
                 method,
                 *(
-                    _cell_text(by_cell[c]["speed-up [95% CI]"], by_cell[c]["verdict"]) if c in by_cell else "no row"
+                    _cell_text(by_problem[c]["speed-up [95% CI]"], by_problem[c]["verdict"])
+                    if c in by_problem
+                    else "no row"
                     for c in names
                 ),
                 _cell_text(pooled["speed-up [95% CI]"], pooled["verdict"]) if pooled else "no verdict",
@@ -166,7 +174,8 @@ def _table(names, cells, methods, judged) -> str:
 
 
 def _cell_text(speedup: str, verdict: str) -> str:
-    """A row's verdict; "no verdict" where it has none (its baseline has no row in that cell)."""
+    """A verdict cell of the table: a row's verdict; "no verdict" where it has none (its baseline has no
+    row in that problem)."""
     if speedup == "-":
         return "no verdict" if word(verdict) == "-" else word(verdict)
     return f"{speedup} **{word(verdict)}**"
@@ -201,9 +210,9 @@ def _interval(text: str) -> tuple[float, float, float] | None:
     return None if found is None else tuple(_number(x) for x in found.groups())
 
 
-def figure(names, cells, methods, judged) -> bytes | None:
-    """Per method, each cell's speed-up with its 95% interval (a colour per cell) and, below them,
-    the one over every cell (black diamond), on a log axis around 1."""
+def figure(names, per_problem, methods, judged) -> bytes | None:
+    """Per method, each problem's speed-up with its 95% interval (a colour per problem) and, below them,
+    the one over every problem (black diamond), on a log axis around 1."""
     from suite.leaderboard.plots import figure as new_figure
     from suite.leaderboard.plots import style, to_png
 
@@ -213,9 +222,9 @@ def figure(names, cells, methods, judged) -> bytes | None:
     ax = fig.subplots()
     y, ticks, clip = 0.0, [], (1 / 64, 64)
     for method in judged:
-        by_cell = {r["cell"]: r for r in _of(cells, method)}
+        by_problem = {r["cell"]: r for r in _of(per_problem, method)}
         pooled = next((m for m in methods if m["method"] == method), None)
-        rows = [(c, by_cell.get(c, {}).get("speed-up [95% CI]", "-"), i) for i, c in enumerate(names)]
+        rows = [(c, by_problem.get(c, {}).get("speed-up [95% CI]", "-"), i) for i, c in enumerate(names)]
         rows.append(("over every cell", pooled["speed-up [95% CI]"] if pooled else "-", None))
         top = y
         for label, text, colour in rows:

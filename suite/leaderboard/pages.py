@@ -1,6 +1,6 @@
-"""The training runs' pages: one per task and model (per cell: its table, its accuracy and
+"""The training runs' pages: one per task and model (per problem: its table, its accuracy and
 embedding-norm plots, the registered "table" sections; then the "page" sections), the
-performance profile across cells, and what the command prints of them."""
+performance profile across problems, and what the command prints of them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 
 from suite.leaderboard.collect import ABSENT, Collection
 from suite.leaderboard.plots import plot_accuracy, plot_emb_norms, plot_profile
-from suite.leaderboard.stats import cell_tables, performance_profile
+from suite.leaderboard.stats import performance_profile, problem_tables
 from suite.leaderboard.studies import Files, Page, Table, registered
 from suite.leaderboard.tables import (
     accuracy_text,
@@ -33,7 +33,7 @@ from suite.specs.spec import LATER_DEFAULTS, LATER_DEFAULTS_BY_NAME
 
 HEADING = "# Leaderboard: "  # a task/model page's first line: terminal_summary prints those pages
 CSV_COLUMNS = [
-    "cell",
+    "cell",  # the problem's label: a written column, under the name boards have always given it
     "row",
     "method",
     "seeds",
@@ -71,7 +71,7 @@ CSV_COLUMNS = [
 
 def training_pages(col: Collection, command: str, tau_max: float, files: Files) -> list[str]:
     """Adds the task/model pages and the profile to files; returns what index.md says of them."""
-    table = cell_tables(col)
+    table = problem_tables(col)
     pages = [
         _pair_page(files, col, task, model, rows, command)
         for (task, model), rows in table.groupby(["task", "model"], sort=True)
@@ -79,7 +79,7 @@ def training_pages(col: Collection, command: str, tau_max: float, files: Files) 
     ratios, scores = performance_profile(table, tau_max)
     _profile_page(files, ratios, scores, tau_max, command)
     body = [
-        [f"[{p['task']} / {p['model']}]({p['name']}.md)", str(p["cells"]), str(p["methods"]), str(p["runs"])]
+        [f"[{p['task']} / {p['model']}]({p['name']}.md)", str(p["problems"]), str(p["methods"]), str(p["runs"])]
         for p in pages
     ]
     return [
@@ -167,20 +167,20 @@ def _pair_page(files: Files, col: Collection, task: str, model: str, rows: pd.Da
         "Columns are defined in [index.md](index.md#how-to-read-the-tables).\n",
     ]
     csv_rows = []
-    for _, cell_rows in rows.groupby("cell_label", sort=True):
-        cell_rows = cell_rows.sort_values("row")
-        cell_runs = runs[runs["cell_id"] == cell_rows["cell_id"].iloc[0]]
-        label = cell_rows["cell_label"].iloc[0]
-        lines += [f"## {label or 'all runs'}\n", _cell_header(col, cell_rows, cell_runs)]
+    for _, problem_rows in rows.groupby("problem_label", sort=True):
+        problem_rows = problem_rows.sort_values("row")
+        problem_runs = runs[runs["problem_id"] == problem_rows["problem_id"].iloc[0]]
+        label = problem_rows["problem_label"].iloc[0]
+        lines += [f"## {label or 'all runs'}\n", _problem_header(col, problem_rows, problem_runs)]
         lines.append(
             md_table(
                 TABLE_HEADER,
-                [_table_row(r) for r in cell_rows.itertuples()],
+                [_table_row(r) for r in problem_rows.itertuples()],
                 right=set(range(len(TABLE_HEADER))) - {1, 14},
             )
         )
-        csv_rows += [_csv_row(r, label) for r in cell_rows.itertuples()]
-        table = Table(col, cell_rows, cell_runs, label or f"{task} / {model}")
+        csv_rows += [_csv_row(r, label) for r in problem_rows.itertuples()]
+        table = Table(col, problem_rows, problem_runs, label or f"{task} / {model}")
         images = _table_plots(files, table, f"{name}/{slug(label, taken)}")
         lines.append("\n".join(f"![{alt}]({path})" for alt, path in images) + "\n" if images else "")
     for s in registered("page"):
@@ -190,32 +190,34 @@ def _pair_page(files: Files, col: Collection, task: str, model: str, rows: pd.Da
                 lines.append(f"## {heading}\n\n![{suffix}]({path})\n" + (f"\n{text}" if text else ""))
     files.add(f"{name}.md", "\n".join(line for line in lines if line))
     files.add(f"{name}.csv", write_csv(pd.DataFrame(csv_rows, columns=CSV_COLUMNS)))
-    methods, cells = rows["method"].nunique(), rows["cell_id"].nunique()
-    return {"name": name, "task": task, "model": model, "cells": cells, "methods": methods, "runs": len(runs)}
+    methods, problems = rows["method"].nunique(), rows["problem_id"].nunique()
+    return {"name": name, "task": task, "model": model, "problems": problems, "methods": methods, "runs": len(runs)}
 
 
-def _cell_header(col: Collection, cell_rows: pd.DataFrame, cell_runs: pd.DataFrame) -> str:
-    """What a cell's table is of: its settings, budget, evaluations, seeds, targets and commits."""
-    settings = col.cells[cell_rows["cell_id"].iloc[0]]
-    budget_text = f"Budget {int(cell_rows['budget'].iloc[0])} steps"
+def _problem_header(col: Collection, problem_rows: pd.DataFrame, problem_runs: pd.DataFrame) -> str:
+    """What a problem's table is of: its settings, budget, evaluations, seeds, targets and commits."""
+    settings = col.problems[problem_rows["problem_id"].iloc[0]]
+    budget_text = f"Budget {int(problem_rows['budget'].iloc[0])} steps"
     target = settings.get("train.target", 0.99)
-    watched = sorted(w for ws in cell_rows["watched_after_grok"] for w in ws)
-    if cell_runs["budget"].nunique() > 1:
-        budget_text += f" (runs had {range_text(sorted(cell_runs['budget']))}; later milestones count as not reached)"
+    watched = sorted(w for ws in problem_rows["watched_after_grok"] for w in ws)
+    if problem_runs["budget"].nunique() > 1:
+        budget_text += (
+            f" (runs had {range_text(sorted(problem_runs['budget']))}; later milestones count as not reached)"
+        )
     return (
         f"Task {settings_text(settings, 'task')}; model {settings_text(settings, 'model')}.  \n"
-        f"{budget_text}, evaluated every {range_text(sorted(cell_runs['eval_every']))} steps; "
-        f"seeds {', '.join(str(s) for s in sorted(cell_runs['seed'].unique()))}; memorized = train acc >= "
+        f"{budget_text}, evaluated every {range_text(sorted(problem_runs['eval_every']))} steps; "
+        f"seeds {', '.join(str(s) for s in sorted(problem_runs['seed'].unique()))}; memorized = train acc >= "
         f"{fmt_value(settings.get('train.memorization'))}, grokked = val acc >= "
         f"{fmt_value(settings.get('train.target'))} held {settings['train.hold']} steps and never below "
         f"{fmt_value(target / 2)} after; "
         + (f"grokked runs watched {range_text(watched)} steps past their grok step" if watched else "no run grokked")
-        + f"; commits {commits_text(cell_runs['git_commit'])}.\n"
+        + f"; commits {commits_text(problem_runs['git_commit'])}.\n"
     )
 
 
 def _table_row(r) -> list[str]:
-    """One row of a cell's table (TABLE_HEADER), from a row of stats.cell_tables."""
+    """One row of a problem's table (TABLE_HEADER), from a row of stats.problem_tables."""
     n = r.seeds
     return [
         str(r.row),
@@ -238,7 +240,7 @@ def _table_row(r) -> list[str]:
     ]
 
 
-def _csv_row(r, cell_label: str) -> dict:
+def _csv_row(r, problem_label: str) -> dict:
     columns = {k: getattr(r, k) for k in CSV_COLUMNS if k not in ("cell", "method_settings")}
     # a setting added later, at the value every run had before it, is left out as spec ids leave it out
     later = {f"{kind}.{key}": value for (kind, key), value in LATER_DEFAULTS.items()}
@@ -248,7 +250,7 @@ def _csv_row(r, cell_label: str) -> dict:
         if r.settings.get(f"{kind}.name") == name
     }
     settings = {k: v for k, v in r.settings.items() if later.get(k, ABSENT) != v}
-    return columns | {"cell": cell_label, "method_settings": json.dumps(settings, sort_keys=True)}
+    return columns | {"cell": problem_label, "method_settings": json.dumps(settings, sort_keys=True)}
 
 
 def _table_plots(files: Files, table: Table, stem: str) -> list[tuple[str, str]]:

@@ -1,9 +1,9 @@
 """The recipe check of a tuned board: is any untuned run of a tuned row's method family, in an
-identical cell, faster than the tuned row? Then the tuning failed (its search did not find what a
+identical problem, faster than the tuned row? Then the tuning failed (its search did not find what a
 published recipe already gets), and the row gets no verdict.
 
-Identical cell: the same task and model settings and targets (train.memorization, train.target) and
-the same batch size; every untuned run is judged here by the tuned cell's hold and within its
+Identical problem: the same task and model settings and targets (train.memorization, train.target) and
+the same batch size; every untuned run is judged here by the tuned problem's hold and within its
 budget (stats.outcome), so a run made with another hold or a longer budget counts as the tuned
 runs do; one that stopped earlier without a grok counts as never reaching the target. Family: the
 same optimizer (AdamW is Adam with decoupled decay; Adam-LR with decoupled decay is adamwlr),
@@ -25,12 +25,12 @@ from suite.leaderboard.speedup import MIN_SEEDS, median_time, permutation_p, rat
 from suite.leaderboard.stats import outcome
 
 ALIASES = {"adamw": "adam", "adamwlr": "adamlr"}  # the same optimizer with decoupled decay
-JUDGED_HERE = ("train.hold",)  # a cell setting the tuned cell's value replaces
+JUDGED_HERE = ("train.hold",)  # a problem setting the tuned problem's value replaces
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """An untuned method of a tuned row's family in its cell, on the seeds both ran."""
+    """An untuned method of a tuned row's family in its problem, on the seeds both ran."""
 
     label: str  # its settings, and the runs it came from
     seeds: list[int]
@@ -56,17 +56,17 @@ def untuned(roots: list[Path]) -> list[Collection]:
     return [collect(root) for root in roots]
 
 
-def recipes_against(row: dict, cell: dict, others: list[Collection]) -> list[Recipe]:
-    """Every untuned method of the row's family in an identical cell, compared with the row (a row of
-    stats.cell_tables, its cell's settings `cell`)."""
+def recipes_against(row: dict, problem: dict, others: list[Collection]) -> list[Recipe]:
+    """Every untuned method of the row's family in an identical problem, compared with the row (a row of
+    stats.problem_tables, its problem's settings `problem`)."""
     out = []
     times_by_seed = dict(zip(row["seed_list"], row["times"]))
     for col in others:
-        for cell_id, other in col.cells.items():
-            if not _identical(cell, other) or cell_id not in set(col.runs["cell_id"]):
+        for problem_id, other in col.problems.items():
+            if not _identical(problem, other) or problem_id not in set(col.runs["problem_id"]):
                 continue
-            judged = other | {k: cell[k] for k in JUDGED_HERE}
-            runs = col.runs[col.runs["cell_id"] == cell_id]
+            judged = other | {k: problem[k] for k in JUDGED_HERE}
+            runs = col.runs[col.runs["problem_id"] == problem_id]
             for method_id, group in runs.groupby("method_id", sort=True):
                 method = col.methods[method_id]
                 if family(method) != family(row["settings"]) or not _same_batch(method, row["settings"]):

@@ -7,7 +7,7 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
 
 - interval: a percentile bootstrap (95%, 10,000 resamples of the seeds, numpy's PCG64 seeded with
   0, so a table is the same on every machine). Paired when both rows ran the same seeds of one
-  cell (same task settings, so seed i trained on the same data in both): the resample draws seed
+  problem (same task settings, so seed i trained on the same data in both): the resample draws seed
   indices and takes both rows' times of each; otherwise each row is resampled on its own.
   Resamples where neither row reached the target count as a speed-up of 1 (a tie).
 - p-value: an exact permutation test, two-sided, on ranks (so infinite times need no special
@@ -27,8 +27,8 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   cannot (p >= 0.10). With more seeds the two still test different things (the interval the ratio
   of the medians, the rank test the per-seed ratios) and need not agree; with a real effect the
   interval is usually the stricter, and the verdict takes whichever is.
-- pooled: one method against its baseline over several cells, one verdict: the geometric mean of
-  the cells' speed-ups with a bootstrap interval (seeds resampled within each cell) and an exact
+- pooled: one method against its baseline over several problems, one verdict: the geometric mean of
+  the problems' speed-ups with a bootstrap interval (seeds resampled within each problem) and an exact
   sign test over every paired seed. holm() adjusts the p-values of a family (the methods of a
   board) before verdict() reads them again.
 - equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
@@ -139,7 +139,7 @@ def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
 
 def verdict(low: float, high: float, p: float, n: int) -> str:
     """low, high: the speed-up's 95% interval; p: the two-sided p printed beside it (Holm-adjusted
-    where it is one of a family); n: the seeds of the smaller of the two rows (of the smallest cell)."""
+    where it is one of a family); n: the seeds of the smaller of the two rows (of the smallest problem)."""
     resolved = n >= MIN_SEEDS and p < ALPHA
     if resolved and low > 1:
         return "faster"
@@ -162,18 +162,18 @@ def holm(pvalues: list[float]) -> list[float]:
     return adjusted.tolist()
 
 
-def pooled(cells: list[tuple[list[float], list[float]]]) -> dict:
-    """One method against its baseline over several cells, each cell (baseline times, method times)
-    aligned by seed. speedup: the geometric mean over the cells of the ratio of medians; low, high:
-    its 95% percentile bootstrap, the seeds resampled within each cell, both rows' times of a seed
-    together; wins / losses / ties: the paired seeds of every cell where the method took less / more
-    / the same time (both failed is a tie); p: the exact two-sided sign test of wins against losses
-    (ties dropped); n: the seeds of the smallest cell; verdict: verdict() with that p and n."""
-    pairs = [(np.asarray(b, dtype=float), np.asarray(r, dtype=float)) for b, r in cells]
+def pooled(problems: list[tuple[list[float], list[float]]]) -> dict:
+    """One method against its baseline over several problems, each problem (baseline times, method
+    times) aligned by seed. speedup: the geometric mean over the problems of the ratio of medians; low,
+    high: its 95% percentile bootstrap, the seeds resampled within each problem, both rows' times of a
+    seed together; wins / losses / ties: the paired seeds of every problem where the method took less /
+    more / the same time (both failed is a tie); p: the exact two-sided sign test of wins against
+    losses (ties dropped); n: the seeds of the smallest problem; verdict: verdict() with that p and n."""
+    pairs = [(np.asarray(b, dtype=float), np.asarray(r, dtype=float)) for b, r in problems]
     if any(len(b) != len(r) for b, r in pairs):
-        raise ValueError("pooled() takes each cell's baseline and method times aligned by seed")
+        raise ValueError("pooled() takes each problem's baseline and method times aligned by seed")
     rng = np.random.default_rng(0)
-    base_medians, row_medians = [], []  # per cell, one median per resample
+    base_medians, row_medians = [], []  # per problem, one median per resample
     for b, r in pairs:
         idx = rng.integers(0, len(b), (RESAMPLES, len(b)))
         base_medians.append(np.median(b[idx], axis=1))
@@ -202,10 +202,10 @@ def pooled(cells: list[tuple[list[float], list[float]]]) -> dict:
 
 
 def _geometric_mean_ratio(base: np.ndarray, row: np.ndarray) -> np.ndarray:
-    """The geometric mean over axis 0 (the cells) of base / row, as ratio() takes a cell's: a
-    failure is one time L beyond any budget, so a cell only the baseline reached contributes 1/L, one
-    only the method reached L, and the two cancel rather than make 0 x inf = nan. Leftover powers of
-    L give inf (more cells only the method reached) or 0."""
+    """The geometric mean over axis 0 (the problems) of base / row, as ratio() takes a problem's: a
+    failure is one time L beyond any budget, so a problem only the baseline reached contributes 1/L,
+    one only the method reached L, and the two cancel rather than make 0 x inf = nan. Leftover powers
+    of L give inf (more problems only the method reached) or 0."""
     base_failed, row_failed = np.isinf(base), np.isinf(row)
     powers_of_l = base_failed.sum(axis=0) - row_failed.sum(axis=0)
     logs = np.where(base_failed, 0.0, np.log(base)) - np.where(row_failed, 0.0, np.log(row))

@@ -1,4 +1,4 @@
-"""Numbers: per (cell, method) summaries over seeds, each row's speed-up over its baseline
+"""Numbers: per (problem, method) summaries over seeds, each row's speed-up over its baseline
 (baseline.py picks it, speedup.py judges it), the performance profile."""
 
 from __future__ import annotations
@@ -22,12 +22,16 @@ def _stats(values: list) -> tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
 
-def outcome(metrics: pd.DataFrame | None, result: dict, cell: dict, budget: int) -> dict:
-    """What one run reached within the cell's budget, read from its metrics by the loop's own rule
-    (suite.engine.measures.Milestones, with the cell's targets and hold): a run that ran longer than the
+def outcome(metrics: pd.DataFrame | None, result: dict, problem: dict, budget: int) -> dict:
+    """What one run reached within the problem's budget, read from its metrics by the loop's own rule
+    (suite.engine.measures.Milestones, with the problem's targets and hold): a run that ran longer than the
     budget is judged on its evaluations up to it. Without metrics, its result.json's milestones
     (those within the budget). time: the grok step, or inf."""
-    mem, target, hold = cell.get("train.memorization", 0.99), cell.get("train.target", 0.99), cell["train.hold"]
+    mem, target, hold = (
+        problem.get("train.memorization", 0.99),
+        problem.get("train.target", 0.99),
+        problem["train.hold"],
+    )
     if metrics is not None and {"step", "train_acc", "val_acc"} <= set(metrics):
         within = metrics[metrics["step"] <= budget]
         m = Milestones.of(within[["step", "train_acc", "val_acc"]].to_dict("records"), mem, target, hold)
@@ -65,7 +69,7 @@ def outcome(metrics: pd.DataFrame | None, result: dict, cell: dict, budget: int)
 
 
 def summarise(outcomes: list[dict], walls: list) -> dict:
-    """One method in one cell, over its seeds: outcome() of each (in seed order), wall seconds."""
+    """One method in one problem, over its seeds: outcome() of each (in seed order), wall seconds."""
 
     def reached(key):
         return [o[key] for o in outcomes if o[key] is not None]
@@ -130,22 +134,24 @@ def against_baseline(row: dict, base: dict | None) -> dict:
     }
 
 
-def cell_tables(col: Collection) -> pd.DataFrame:
-    """One row per (cell, method), with the baseline chosen and the row numbers within the cell."""
+def problem_tables(col: Collection) -> pd.DataFrame:
+    """One row per (problem, method), with the baseline chosen and the row numbers within the problem."""
     out = []
-    for cell_id, runs in col.runs.groupby("cell_id", sort=True):
+    for problem_id, runs in col.runs.groupby("problem_id", sort=True):
         budget = int(runs["budget"].min())
-        cell = col.cells[cell_id]
+        problem = col.problems[problem_id]
         rows = []
         for method_id, group in runs.groupby("method_id", sort=True):
             group = group.sort_values("seed", kind="stable")
-            outcomes = [outcome(col.metrics.get(r.dir), col.result_of[r.dir], cell, budget) for r in group.itertuples()]
+            outcomes = [
+                outcome(col.metrics.get(r.dir), col.result_of[r.dir], problem, budget) for r in group.itertuples()
+            ]
             rows.append(
                 {
-                    "task": cell["task.name"],
-                    "model": cell["model.name"],
-                    "cell_id": cell_id,
-                    "cell_label": col.cell_label(cell),
+                    "task": problem["task.name"],
+                    "model": problem["model.name"],
+                    "problem_id": problem_id,
+                    "problem_label": col.problem_label(problem),
                     "method_id": method_id,
                     "method": col.method_label(col.methods[method_id]),
                     "settings": col.methods[method_id],
@@ -177,23 +183,27 @@ def cell_tables(col: Collection) -> pd.DataFrame:
 
 
 def performance_profile(table: pd.DataFrame, tau_max: float = TAU_MAX) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Ratios per (cell, method) in the cells that take part, and per method: cells, wins, rho, score."""
+    """Ratios per (problem, method) in the problems that take part, and per method: problems, wins, rho,
+    score. The columns keep the words the board's CSVs were written with: a ratio's "cell" is its problem's
+    label (and batch size, where a problem ran several), a score's "cells" the problems it counts."""
     ratios = []
     table = table.assign(batch=[r.get("sampler.batch_size", "-") for r in table["settings"]])
-    for (task, model, cell_label), cell_rows in table.groupby(["task", "model", "cell_label"], sort=True):
+    for (task, model, problem_label), problem_rows in table.groupby(["task", "model", "problem_label"], sort=True):
         # Methods race only at the same batch size: a smaller batch takes more, cheaper steps, so a
         # step count across batch sizes would rank the batch size, not the method.
-        for batch, rows in cell_rows.groupby(cell_rows["batch"].astype(str), sort=True):
+        for batch, rows in problem_rows.groupby(problem_rows["batch"].astype(str), sort=True):
             best = rows["time_to_target"].min()
             if len(rows) < 2 or math.isinf(best):
                 continue
-            cell = " ".join(p for p in (cell_label, f"bs={batch}" if cell_rows["batch"].nunique() > 1 else "") if p)
+            label = " ".join(
+                p for p in (problem_label, f"bs={batch}" if problem_rows["batch"].nunique() > 1 else "") if p
+            )
             for r in rows.itertuples():
                 ratios.append(
                     {
                         "task": task,
                         "model": model,
-                        "cell": cell,
+                        "cell": label,
                         "method": r.method,
                         "time_to_target": r.time_to_target,
                         "ratio": ratio(r.time_to_target, best),

@@ -1,14 +1,18 @@
 """The verdicts of a tuned board (`suite tune`, its tuning.json beside the final runs): each method's final
-runs against its baseline's in every cell, Holm-adjusted over the board, and one verdict per method over
-every cell, Holm-adjusted over the methods; with what each is read with: the recipe check (recipes.py),
+runs against its baseline's in every problem, Holm-adjusted over the board, and one verdict per method over
+every problem, Holm-adjusted over the methods; with what each is read with: the recipe check (recipes.py),
 the cost (cost.json), no delay left to shorten, a winner at an edge of its space. Numbers only:
 studies/tuning.py writes them into tuning.md, and a summary can read them from here alike.
 
-Per cell, a verdict is withheld (with the reason) where a search found no point that reached the target
-on its tuning seeds, or where an untuned run of the row's family in an identical cell beats the tuned
+Per problem, a verdict is withheld (with the reason) where a search found no point that reached the target
+on its tuning seeds, or where an untuned run of the row's family in an identical problem beats the tuned
 row: either way the tuning, not the method, was measured. The pooled verdict of a method takes every
-cell where it was judged: the sign of every paired seed (exact sign test) and the geometric mean of
-the per-cell speed-ups with a stratified bootstrap interval (speedup.pooled).
+problem where it was judged: the sign of every paired seed (exact sign test) and the geometric mean of
+the per-problem speed-ups with a stratified bootstrap interval (speedup.pooled).
+
+A problem is named here as tuning.json names the base cell a method was tuned in (a choice's "cell":
+suite/launch/tuning.py's cell_name, the grid cell without its method and seed), whose final runs are
+one problem's rows on the board; tuning.md shows that name in its "cell" columns.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import pandas as pd
 from suite.leaderboard.collect import Collection
 from suite.leaderboard.recipes import Recipe, recipes_against, untuned
 from suite.leaderboard.speedup import holm, pooled, verdict
-from suite.leaderboard.stats import TAU_MAX, against_baseline, cell_tables, performance_profile
+from suite.leaderboard.stats import TAU_MAX, against_baseline, performance_profile, problem_tables
 from suite.leaderboard.tables import interval_text
 from suite.results.rundir import UnreadableFile, read_json
 
@@ -31,11 +35,11 @@ NO_DELAY = 0.10  # a tuned baseline whose delay is at most this share of its tim
 
 @dataclass
 class Verdict:
-    """One method's final runs in one cell, against its baseline's."""
+    """One method's final runs in one problem, against its baseline's."""
 
-    cell: str
+    problem: str  # its name in tuning.json (a choice's "cell")
     method: str
-    row: dict  # its row of stats.cell_tables
+    row: dict  # its row of stats.problem_tables
     settings: dict  # the settings it ran with: its chosen point, and the shared ones its method fixes
     cost: dict | None  # its entry of cost.json
     baseline: str | None
@@ -48,11 +52,11 @@ class Verdict:
 
 @dataclass
 class Pooled:
-    """One method over every cell where it was judged."""
+    """One method over every problem where it was judged."""
 
     method: str
     baseline: str
-    cells: list[str]
+    problems: list[str]
     numbers: dict  # speedup.pooled's
     p_holm: float
     verdict: str
@@ -62,47 +66,54 @@ class Pooled:
 class Judgement:
     verdicts: list[Verdict]
     pooled: list[Pooled]
-    checks: dict  # (cell, method) -> [Recipe]: the recipe check, where untuned roots were given
+    checks: dict  # (problem, method) -> [Recipe]: the recipe check, where untuned roots were given
 
 
 def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement:
-    """Every (cell, method) of the record that has final runs, judged (see the module)."""
+    """Every (problem, method) of the record that has final runs, judged (see the module)."""
     rows = final_rows(col, record)
     cost = cost_of(col.root).get("specs", {})
     others = untuned(untuned_roots) if untuned_roots else []
     checks = (
-        {key: recipes_against(row, col.cells[row["cell_id"]], others) for key, row in rows.items()} if others else {}
+        {key: recipes_against(row, col.problems[row["problem_id"]], others) for key, row in rows.items()}
+        if others
+        else {}
     )
     searched = {(c["cell"], c["method"]): c for c in record["chosen"]}
     verdicts, pairs = [], {}
-    for (cell, method), row in rows.items():
+    for (problem, method), row in rows.items():
         base_name = record["methods"][method].get("baseline")
         v = Verdict(
-            cell, method, row, ran_with(record, searched[cell, method]), cost.get(f"{cell}/{method}"), base_name
+            problem,
+            method,
+            row,
+            ran_with(record, searched[problem, method]),
+            cost.get(f"{problem}/{method}"),
+            base_name,
         )
         verdicts.append(v)
-        base = rows.get((cell, base_name))
+        base = rows.get((problem, base_name))
         if base is None:
             continue
-        v.notes = _notes(base, [searched[cell, name] for name in (method, base_name)])
-        v.withheld = _withheld(cell, (method, base_name), searched, checks)
+        v.notes = _notes(base, [searched[problem, name] for name in (method, base_name)])
+        v.withheld = _withheld(problem, (method, base_name), searched, checks)
         if not v.withheld:
             v.speedup = against_baseline(row, base)
-            pairs.setdefault(method, []).append((cell, base["times"], row["times"]))
+            pairs.setdefault(method, []).append((problem, base["times"], row["times"]))
     judged = [v for v in verdicts if v.speedup is not None]
     for v, p in zip(judged, holm([v.speedup["p_value"] for v in judged])):
-        n = min(v.row["seeds"], rows[v.cell, v.baseline]["seeds"])
+        n = min(v.row["seeds"], rows[v.problem, v.baseline]["seeds"])
         v.p_holm, v.verdict = p, verdict(v.speedup["speedup_ci_low"], v.speedup["speedup_ci_high"], p, n)
     return Judgement(verdicts, _pooled(pairs, record), checks)
 
 
-def _withheld(cell: str, names: tuple, searched: dict, checks: dict) -> str:
+def _withheld(problem: str, names: tuple, searched: dict, checks: dict) -> str:
     """Why a comparison of these two tuned rows would measure their tuning: "" if it would not."""
-    no_search = [name for name in names if not worked(searched[cell, name])]
+    no_search = [name for name in names if not worked(searched[problem, name])]
     if no_search:
         whose = {1: f"{no_search[0]}'s winner", 2: "both winners"}[len(no_search)]
         return f"{whose} reached the target on no tuning seed"
-    beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((cell, n), []) if r.faster]
+    beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((problem, n), []) if r.faster]
     if beaten:
         name, r = beaten[0]
         return f"tuning failed: {r.label} faster than tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
@@ -110,12 +121,12 @@ def _withheld(cell: str, names: tuple, searched: dict, checks: dict) -> str:
 
 
 def _pooled(pairs: dict, record: dict) -> list[Pooled]:
-    found = {m: pooled([(b, r) for _, b, r in cells]) for m, cells in pairs.items()}
+    found = {m: pooled([(b, r) for _, b, r in paired]) for m, paired in pairs.items()}
     out = []
     for (method, numbers), p in zip(found.items(), holm([f["p"] for f in found.values()])):
         word = verdict(numbers["low"], numbers["high"], p, numbers["n"])
-        cells = [cell for cell, _, _ in pairs[method]]
-        out.append(Pooled(method, record["methods"][method]["baseline"], cells, numbers, p, word))
+        problems = [problem for problem, _, _ in pairs[method]]
+        out.append(Pooled(method, record["methods"][method]["baseline"], problems, numbers, p, word))
     return out
 
 
@@ -129,29 +140,29 @@ def _notes(base: dict, searches: list[dict]) -> list[str]:
 
 
 def final_rows(col: Collection, record: dict) -> dict:
-    """(cell, method) -> the board's row (stats.cell_tables) of that method's final runs."""
+    """(problem, method) -> the board's row (stats.problem_tables) of that method's final runs."""
     runs = col.runs.set_index("run_id")
-    table = cell_tables(col)
+    table = problem_tables(col)
     rows = {}
     for c in record["chosen"]:
         found = [r for r in c.get("final_runs", []) if r in runs.index]
         if found:
-            cell_id, method_id = runs.loc[found[0], ["cell_id", "method_id"]]
-            match = table[(table["cell_id"] == cell_id) & (table["method_id"] == method_id)]
+            problem_id, method_id = runs.loc[found[0], ["problem_id", "method_id"]]
+            match = table[(table["problem_id"] == problem_id) & (table["method_id"] == method_id)]
             rows[c["cell"], c["method"]] = match.iloc[0].to_dict()
     return rows
 
 
 def profile_by_method(rows: dict, record: dict) -> pd.DataFrame | None:
-    """The performance profile's scores with one row per tuned method over every cell with final runs,
+    """The performance profile's scores with one row per tuned method over every problem with final runs,
     whichever point it chose in each (profile.md keys rows by settings, so a method that chose
-    differently in two cells is split there); a cell where the method has no final runs counts as a
+    differently in two problems is split there); a problem where the method has no final runs counts as a
     failure (inf)."""
-    cells = {cell: row for (cell, _), row in rows.items()}
+    problems = {problem: row for (problem, _), row in rows.items()}
     table = pd.DataFrame(
         [
-            {**(rows.get((cell, method)) or cells[cell] | {"time_to_target": math.inf}), "method": method}
-            for cell in cells
+            {**(rows.get((problem, method)) or problems[problem] | {"time_to_target": math.inf}), "method": method}
+            for problem in problems
             for method in record["methods"]
         ]
     )

@@ -9,8 +9,9 @@ frequency), number_probes.py (the probes' page), precision.py (fp32 against bf16
 Three places a section can go:
 
 - "table": fn(table: Table) -> [(alt text, file suffix, PNG bytes or None)]. Figures under each
-  cell's table on the task/model pages, after the accuracy and embedding-norm plots, written
-  to <page>/<cell>.<suffix>.png (None: nothing to show for this cell).
+  problem's table on the task/model pages, after the accuracy and embedding-norm plots, written
+  to <page>/<problem>.<suffix>.png (<problem>: its label as a file name; None: nothing to show for this
+  problem).
 - "page": fn(page: Page) -> [(heading, label, file suffix, PNG bytes, markdown)]. Sections at the
   end of each task/model page: "## heading", the figure, written to <page>/<label>.<suffix>.png,
   and the markdown under it ("" for none: a table of what the figure shows, with its intervals).
@@ -50,11 +51,11 @@ class Files(dict):
 
 @dataclass(frozen=True)
 class Table:
-    """One cell's table on its task/model page, what a "table" section draws under it."""
+    """One problem's table on its task/model page, what a "table" section draws under it."""
 
     col: Collection
-    rows: pd.DataFrame  # the cell's rows of stats.cell_tables (one per method), in table order
-    runs: pd.DataFrame  # the cell's rows of col.runs (one per run)
+    rows: pd.DataFrame  # the problem's rows of stats.problem_tables (one per method), in table order
+    runs: pd.DataFrame  # the problem's rows of col.runs (one per run)
     title: str
 
     def series(self) -> list[tuple[str, list]]:
@@ -68,7 +69,7 @@ class Table:
 @dataclass(frozen=True)
 class Page:
     col: Collection
-    rows: pd.DataFrame  # the page's rows of stats.cell_tables, every cell of one task and model
+    rows: pd.DataFrame  # the page's rows of stats.problem_tables, every problem of one task and model
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The embedding paper's open questions (arXiv 2505.15624), each drawn only where the runs
 measured it:
 
-- "hessian" beside a cell whose runs recorded hessian_E / hessian_W (train.hessian_every):
+- "hessian" beside a problem's table whose runs recorded hessian_E / hessian_W (train.hessian_every):
   accuracy above, the top Hessian eigenvalue of the embedding block and of the first weight
   reading it below (the paper's Fig. 7, with seeds);
-- "val_by_frequency" beside a cell whose runs recorded val accuracy by the next token's
+- "val_by_frequency" beside a problem's table whose runs recorded val accuracy by the next token's
   frequency (val_acc_rare / _middle / _frequent): do rare tokens lag, and do their
   embeddings stay small, as the paper's mechanism predicts;
 - "wd_frequency" at the end of a task/model page whose rows differ only in opt.weight_decay
@@ -145,7 +145,7 @@ def last_value(frame: pd.DataFrame | None, column: str) -> float:
 
 def weight_decay_groups(page: Page) -> list[tuple[str, pd.DataFrame]]:
     """Rows that differ only in opt.weight_decay (three positive values or more), grouped by the
-    cell and the rest of the method: (label, one row per lambda with the grok stats and the last
+    problem and the rest of the method: (label, one row per lambda with the grok stats and the last
     rare-token embedding norm x lambda, median / min / max over seeds), sorted by label."""
     col, groups, labels = page.col, {}, {}
     for r in page.rows.itertuples():
@@ -153,16 +153,16 @@ def weight_decay_groups(page: Page) -> list[tuple[str, pd.DataFrame]]:
         if not isinstance(wd, (int, float)) or isinstance(wd, bool) or wd <= 0:
             continue
         rest = settings_key({k: v for k, v in r.settings.items() if k != "opt.weight_decay"})
-        runs = col.runs[(col.runs["cell_id"] == r.cell_id) & (col.runs["method_id"] == r.method_id)]
+        runs = col.runs[(col.runs["problem_id"] == r.problem_id) & (col.runs["method_id"] == r.method_id)]
         rare = [last_value(col.metrics.get(d), "emb_norm_rare") for d in runs["dir"]]
         frequent = [last_value(col.metrics.get(d), "emb_norm_frequent") for d in runs["dir"]]
         scaled = [v * wd for v in rare if not math.isnan(v)]
-        where = col.cell_label(col.cells[r.cell_id])
+        where = col.problem_label(col.problems[r.problem_id])
         labels.setdefault(
-            (r.cell_id, rest),
+            (r.problem_id, rest),
             col.method_label(r.settings, drop=("opt.weight_decay",)) + (f", {where}" if where else ""),
         )
-        groups.setdefault((r.cell_id, rest), []).append(
+        groups.setdefault((r.problem_id, rest), []).append(
             {
                 "wd": float(wd),
                 "grok_median": r.grok_median,

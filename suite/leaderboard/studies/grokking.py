@@ -1,5 +1,5 @@
-"""The grokking studies' figures: the Adam-LR c sweep (embedding lr = c x lr) beside each cell
-that sweeps c, and the sampling comparison (how the training pairs are split x sampler x batch
+"""The grokking studies' figures: the Adam-LR c sweep (embedding lr = c x lr) beside each problem's
+table that sweeps c, and the sampling comparison (how the training pairs are split x sampler x batch
 size) at the end of each task/model page that has one, with each split's token probabilities;
 and their plotters, which no other page draws."""
 
@@ -49,19 +49,19 @@ def c_sweep(table: Table) -> list:
 
 @section("page")
 def sampling(page: Page) -> list:
-    """Cells that differ only in how the training pairs are drawn (task.split, and task.skew for the
+    """Problems that differ only in how the training pairs are drawn (task.split, and task.skew for the
     skewed splits) x methods that differ only in the sampler (name, batch size): one figure per such
     group with two or more combinations, and beside it each split's token probabilities in train
     and test (the paper's Fig. 8), rebuilt by today's task code: only where every run of the group
     was made by code whose splits are today's (see CURRENT_SPLITS)."""
     col, groups, tasks, current = page.col, {}, {}, {}
     for r in page.rows.itertuples():
-        cell = col.cells[r.cell_id]
+        problem = col.problems[r.problem_id]
         # The skew is part of the split: the random and uniform splits do not read it.
-        where = settings_key({k: v for k, v in cell.items() if k not in ("task.split", "task.skew")})
-        split = split_label(cell)
-        tasks.setdefault(where, {})[split] = cell
-        dirs = col.runs.loc[col.runs["cell_id"] == r.cell_id, "dir"]
+        where = settings_key({k: v for k, v in problem.items() if k not in ("task.split", "task.skew")})
+        split = split_label(problem)
+        tasks.setdefault(where, {})[split] = problem
+        dirs = col.runs.loc[col.runs["problem_id"] == r.problem_id, "dir"]
         current[where] = current.get(where, True) and all(
             CURRENT_SPLITS in col.result_of[d]["spec"]["train"] for d in dirs
         )
@@ -75,7 +75,7 @@ def sampling(page: Page) -> list:
                 "time_to_target": r.time_to_target,
                 "budget": r.budget,
                 "family": col.method_label(r.settings, drop=("sampler",)),
-                "where": col.cell_label(cell, drop=("task.split", "task.skew")),
+                "where": col.problem_label(problem, drop=("task.split", "task.skew")),
             }
         )
     figures = []
@@ -104,28 +104,30 @@ def label_of(entries: list) -> str:
     return entries[0]["family"] + (f", {entries[0]['where']}" if entries[0]["where"] else "")
 
 
-def split_label(cell: dict) -> str:
+def split_label(problem: dict) -> str:
     """The split's name, with its strength for the skewed splits ("skewed skew=5")."""
-    split = str(cell.get("task.split", "-"))
+    split = str(problem.get("task.split", "-"))
     return (
-        f"{split} skew={fmt_value(cell['task.skew'])}" if split.startswith("skewed") and "task.skew" in cell else split
+        f"{split} skew={fmt_value(problem['task.skew'])}"
+        if split.startswith("skewed") and "task.skew" in problem
+        else split
     )
 
 
-def split_order(cells: dict) -> tuple:
-    """The labels of cells (label -> cell) in the plots' order: uniform, random, skewed, then the rest
+def split_order(problems: dict) -> tuple:
+    """The labels of problems (label -> problem) in the plots' order: uniform, random, skewed, then the rest
     by name; a split's strengths in rising order."""
 
     def key(label):
-        split = str(cells[label].get("task.split", "-"))
+        split = str(problems[label].get("task.split", "-"))
         rank = SPLIT_ORDER.index(split) if split in SPLIT_ORDER else len(SPLIT_ORDER)
-        skew = cells[label].get("task.skew")
+        skew = problems[label].get("task.skew")
         return rank, split, skew if isinstance(skew, (int, float)) and split.startswith("skewed") else 0
 
-    return tuple(sorted(cells, key=key))
+    return tuple(sorted(problems, key=key))
 
 
-def split_tokens(cells: dict) -> list | None:
+def split_tokens(problems: dict) -> list | None:
     """Per split, the operands' value probabilities in the training and test sets of seed 0's split,
     rebuilt from the task's settings; None for a task that is not built from operand pairs, or
     whose settings this version no longer takes (runs of an older suite)."""
@@ -134,11 +136,13 @@ def split_tokens(cells: dict) -> list | None:
     from suite.specs.registry import ALL
 
     out = []
-    for split in split_order(cells):
-        cell = cells[split]
-        settings = {k.removeprefix("task."): v for k, v in cell.items() if k.startswith("task.") and k != "task.name"}
+    for split in split_order(problems):
+        problem = problems[split]
+        settings = {
+            k.removeprefix("task."): v for k, v in problem.items() if k.startswith("task.") and k != "task.name"
+        }
         try:
-            data = ALL["task"].get(cell["task.name"]).build(0, **settings)
+            data = ALL["task"].get(problem["task.name"]).build(0, **settings)
         except (SuiteError, TypeError):
             return None
         if data.kind != "tokens" or data.number_tokens is None or data.x_train.shape[1] != 4:

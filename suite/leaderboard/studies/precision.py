@@ -1,4 +1,4 @@
-"""fp32 against bf16 (train.precision, suite/engine/precision.py). Where a board holds methods of one cell
+"""fp32 against bf16 (train.precision, suite/engine/precision.py). Where a board holds methods of one problem
 that differ only in their precision, precision.md (and precision.csv) pair each with its fp32 twin:
 both sides' held time to target with its interval, grokked / touched / collapsed counts, the speed-up
 in steps of the other precision over fp32 (paired by seed) with its interval, p-value and verdict
@@ -14,7 +14,7 @@ import pandas as pd
 
 from suite.leaderboard.collect import settings_key
 from suite.leaderboard.speedup import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, equivalence, median_interval
-from suite.leaderboard.stats import against_baseline, cell_tables
+from suite.leaderboard.stats import against_baseline, problem_tables
 from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import bound_text, interval_text, md_table, steps_text
 from suite.results.result import TRAIN
@@ -73,9 +73,9 @@ def precision(board: Board) -> list[str]:
 
 
 def _pairs(board: Board) -> list[tuple[dict, dict]]:
-    """(fp32 row, other row) of cell_tables for every method that ran in both, in table order."""
+    """(fp32 row, other row) of problem_tables for every method that ran in both, in table order."""
     pairs = []
-    for _, rows in cell_tables(board.col).groupby("cell_id", sort=False):
+    for _, rows in problem_tables(board.col).groupby("problem_id", sort=False):
         twins: dict = {}
         for r in rows.to_dict("records"):
             rest = settings_key({k: v for k, v in r["settings"].items() if k != KEY})
@@ -91,7 +91,7 @@ def _row(board: Board, fp32: dict, other: dict) -> dict:
     eq_low, eq_high, equivalent = equivalence(fp32["times"], other["times"], fp32["seed_list"] == other["seed_list"])
     sides = {REFERENCE: _side(board, fp32), other["settings"][KEY]: _side(board, other)}
     return {
-        "cell": f"{fp32['task']} {fp32['model']} {fp32['cell_label']}".strip(),
+        "cell": f"{fp32['task']} {fp32['model']} {fp32['problem_label']}".strip(),
         "method": col.method_label(col.methods[fp32["method_id"]], drop=(KEY,)),
         "precision": other["settings"][KEY],
         **sides,
@@ -105,7 +105,7 @@ def _row(board: Board, fp32: dict, other: dict) -> dict:
 
 def _side(board: Board, row: dict) -> dict:
     runs = board.col.runs
-    dirs = runs[(runs["cell_id"] == row["cell_id"]) & (runs["method_id"] == row["method_id"])]["dir"]
+    dirs = runs[(runs["problem_id"] == row["problem_id"]) & (runs["method_id"] == row["method_id"])]["dir"]
     results = [board.col.result_of[d] for d in dirs]
     low, high = median_interval(row["times"])
     return {

@@ -1,6 +1,9 @@
 """The tuning behind a board of final runs (`suite tune`, suite/launch/tuning.py): the space each method
-searched, the trial budget every method got, the seeds, and per cell and method every point tried
-with its scores and the one chosen. Read from ROOT/tuning.json beside the runs."""
+searched, the trial budget every method got, the seeds, and per problem and method every point tried
+with its scores and the one chosen. Read from ROOT/tuning.json beside the runs.
+
+A problem is known here by tuning.json's name for it, a choice's "cell" (suite/leaderboard/tuned.py), and
+tuning.md's tables keep that word in their "cell" columns."""
 
 from __future__ import annotations
 
@@ -84,7 +87,7 @@ def tuning(board: Board) -> list[str]:
         ),
         *_runners_up(record),
     ]
-    rows = {(v.cell, v.method): v.row for v in judgement.verdicts}
+    rows = {(v.problem, v.method): v.row for v in judgement.verdicts}
     lines += _common_points(record) + _verdicts(judgement) + _recipe_table(judgement.checks)
     lines += _pooled(judgement) + _profile(rows, record) + _figures(board, record, judgement)
     board.files.add("tuning.md", "\n".join(lines))
@@ -149,7 +152,7 @@ def _runners_up(record: dict) -> list[str]:
 
 
 def _verdicts(judgement: Judgement) -> list[str]:
-    """Per cell, each method's final runs: median held time with its interval, its cost, and the
+    """Per problem, each method's final runs: median held time with its interval, its cost, and the
     speed-up over the baseline its [tuning] table names, with interval, p-value (raw, and Holm-adjusted
     over the board's comparisons) and verdict (suite/leaderboard/tuned.py)."""
     out = []
@@ -157,7 +160,7 @@ def _verdicts(judgement: Judgement) -> list[str]:
         row = v.row
         low, high = median_interval(row["times"])
         delay = milestone_text(row["delay_median"], row["delay_min"], row["delay_max"], row["n_delay"], row["seeds"])
-        line = [v.cell, v.method, _settings(v.settings), f"{row['grokked']}/{row['seeds']}"]
+        line = [v.problem, v.method, _settings(v.settings), f"{row['grokked']}/{row['seeds']}"]
         line += [_time(row["time_to_target"], low, high), delay, *_cost_cells(v.cost, row)]
         notes = "".join(f"; {note}" for note in v.notes)
         if v.speedup is not None:
@@ -196,14 +199,14 @@ def _verdicts(judgement: Judgement) -> list[str]:
 
 
 def _pooled(judgement: Judgement) -> list[str]:
-    """One verdict per method over every cell where it was judged (suite/leaderboard/tuned.py)."""
+    """One verdict per method over every problem where it was judged (suite/leaderboard/tuned.py)."""
     if not judgement.pooled:
         return []
     table = [
         [
             p.method,
             p.baseline,
-            ", ".join(p.cells),
+            ", ".join(p.problems),
             f"{p.numbers['wins']} / {p.numbers['losses']} / {p.numbers['ties']}",
             interval_text(p.numbers["speedup"], p.numbers["low"], p.numbers["high"], "x"),
             p_text(p.numbers["p"]),
@@ -227,7 +230,7 @@ def _pooled(judgement: Judgement) -> list[str]:
 def _recipe_table(checks: dict) -> list[str]:
     rows = [
         [
-            cell,
+            problem,
             method,
             r.label,
             str(len(r.seeds)),
@@ -235,7 +238,7 @@ def _recipe_table(checks: dict) -> list[str]:
             p_text(r.p),
             "yes" if r.faster else "no",
         ]
-        for (cell, method), found in checks.items()
+        for (problem, method), found in checks.items()
         for r in found
     ]
     if not rows:
@@ -314,14 +317,14 @@ def _shared(record: dict) -> list[str]:
 
 
 def _common_points(record: dict) -> list[str]:
-    """Under shared spaces, per cell, each common point of the first round (after the recipes) with its
+    """Under shared spaces, per problem, each common point of the first round (after the recipes) with its
     shared values and every method's median time there: what each modification did to the same base point."""
     if "shared" not in record:
         return []
     first = (record.get("rounds") or [{"trials": record["trials"]}])[0]["trials"]
     out = []
-    for cell in dict.fromkeys(c["cell"] for c in record["chosen"]):
-        searches = [c for c in record["chosen"] if c["cell"] == cell]
+    for problem in dict.fromkeys(c["cell"] for c in record["chosen"]):
+        searches = [c for c in record["chosen"] if c["cell"] == problem]
         common = [_common(c, record, first) for c in searches]
         keys = [k for k in record["shared"] if any(k in t["settings"] for c in searches for t in c["tried"])]
         rows = []
@@ -329,7 +332,7 @@ def _common_points(record: dict) -> list[str]:
             shared = next((t["settings"] for t in tried if all(key in t["settings"] for key in keys)), {})
             times = [steps_text(t["median_time"]) + (" (raced)" if any(t.get("raced", [])) else "") for t in tried]
             rows.append([str(k), *(_value(shared[key]) if key in shared else "-" for key in keys), *times])
-        out += [f"### {cell}\n", md_table(["point", *keys, *(c["method"] for c in searches)], rows, right={0})]
+        out += [f"### {problem}\n", md_table(["point", *keys, *(c["method"] for c in searches)], rows, right={0})]
     return [
         "## Common points\n",
         "Common point k of every method has the same shared settings (a method that fixes one keeps its own value), "
@@ -360,8 +363,8 @@ def _figures(board: Board, record: dict, judgement: Judgement) -> list[str]:
 
 
 def speedup_forest(judgement: Judgement) -> bytes | None:
-    """Per cell, each judged method's speed-up over its baseline with its 95% interval, on a log axis
-    (a method without a verdict in a cell: its label, no mark)."""
+    """Per problem, each judged method's speed-up over its baseline with its 95% interval, on a log axis
+    (a method without a verdict in a problem: its label, no mark)."""
     from suite.leaderboard.plots import figure, style, to_png
 
     shown = [v for v in judgement.verdicts if v.baseline is not None]
@@ -370,16 +373,16 @@ def speedup_forest(judgement: Judgement) -> bytes | None:
     methods = list(dict.fromkeys(v.method for v in shown))
     fig = figure(figsize=(7, 1.2 + 0.3 * len(shown)))
     ax = fig.subplots()
-    y, ticks, cell = 0.0, [], None
+    y, ticks, problem = 0.0, [], None
     for v in shown:
-        if cell is not None and v.cell != cell:
+        if problem is not None and v.problem != problem:
             y -= 0.5
-        cell, s, colour = v.cell, v.speedup, style(methods.index(v.method))["color"]
+        problem, s, colour = v.problem, v.speedup, style(methods.index(v.method))["color"]
         if s is not None and math.isfinite(s["speedup"]) and s["speedup"] > 0:
             lo, hi = (min(max(x, 1e-2), 1e2) for x in (s["speedup_ci_low"], s["speedup_ci_high"]))
             ax.plot([lo, hi], [y, y], color=colour, linewidth=2)
             ax.plot(s["speedup"], y, "o", color=colour)
-        ticks.append((y, f"{v.cell}  {v.method}" + ("" if s is not None else " (no verdict)")))
+        ticks.append((y, f"{v.problem}  {v.method}" + ("" if s is not None else " (no verdict)")))
         y -= 1
     ax.axvline(1.0, color="grey", linewidth=1)
     ax.set_xscale("log")
@@ -390,12 +393,12 @@ def speedup_forest(judgement: Judgement) -> bytes | None:
 
 def tuning_scatter(record: dict) -> bytes | None:
     """Per method, every trial's median held time on the tuning seeds against its decay per step
-    (lr x weight_decay; its lr where the method fixes weight_decay at 0), one colour per cell;
+    (lr x weight_decay; its lr where the method fixes weight_decay at 0), one colour per problem;
     coupled decay hollow. A trial that never held the target sits on the top edge."""
     from suite.leaderboard.plots import figure, style, to_png
 
     methods = list(record["methods"])
-    cells = list(dict.fromkeys(c["cell"] for c in record["chosen"]))
+    problems = list(dict.fromkeys(c["cell"] for c in record["chosen"]))
     if not record["chosen"] or "lr" not in record.get("shared", {}):
         return None
     top = max(
@@ -406,7 +409,7 @@ def tuning_scatter(record: dict) -> bytes | None:
     for ax, method in zip(axes, methods):
         fixed = record["methods"][method]["fixed"]
         for c in (c for c in record["chosen"] if c["method"] == method):
-            colour = style(cells.index(c["cell"]))["color"]
+            colour = style(problems.index(c["cell"]))["color"]
             for t in c["tried"]:
                 settings = fixed | t["settings"]
                 wd = settings.get("weight_decay", 0.0)
@@ -422,8 +425,10 @@ def tuning_scatter(record: dict) -> bytes | None:
         ax.set_ylabel("median held time (steps)", fontsize=8)
     for ax in axes[len(methods) :]:
         ax.set_visible(False)
-    handles = [axes[0].plot([], [], "o", color=style(i)["color"], label=cell)[0] for i, cell in enumerate(cells)]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(cells), 4), fontsize=8)
+    handles = [
+        axes[0].plot([], [], "o", color=style(i)["color"], label=problem)[0] for i, problem in enumerate(problems)
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(problems), 4), fontsize=8)
     return to_png(fig)
 
 
