@@ -337,7 +337,7 @@ def test_two_workers_share_the_seeds_of_one_cell(tmp_path, capsys):
     assert "5 cells in 2 processes" in capsys.readouterr().err
 
 
-def test_ensemble_is_the_old_name_of_stack_and_still_works(tmp_path, capsys):
+def test_ensemble_is_the_old_name_of_stack_and_still_works(tmp_path, capsys, chunks_in_process):
     # --ensemble K, --stack's name before the glossary's one word for it: hidden from --help, the
     # same K into the same plan, and said once on stderr however often it is given
     (tmp_path / "g.toml").write_text(TINY_FIXED + "[axes]\nseed = [0, 1, 2]\n")
