@@ -63,13 +63,16 @@ def grid_ids(board: str) -> set[str]:
     ids = {cell.id for cell in grid.cells}
     if grid.tuning:
         tuning = parse(grid.tuning, str(grid.path), grid.name)
-        record = REPO / "leaderboards" / board / "runs/tuning.json"  # none while the first tuning runs
-        chosen = json.loads(record.read_text())["chosen"] if record.exists() else []
         root = REPO / "leaderboards" / board
-        names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time has chosen for those only
-        tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
         # a round after the first is drawn around the runs of those before: read where they are committed
-        found = tuning_cells(grid, tuning, root / "tuning") + final_cells(tuned, tuning, chosen, root / "runs")
+        found = tuning_cells(grid, tuning, root / "tuning")
+        # final runs: the board's runs/, or final/ while a campaign's later experiments still tune
+        for finals in ("runs", "final"):
+            record = root / finals / "tuning.json"  # none while the first tuning runs
+            chosen = json.loads(record.read_text())["chosen"] if record.exists() else []
+            names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time has chosen for those only
+            tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
+            found += final_cells(tuned, tuning, chosen, root / finals)
         ids |= {cell.id for cell in found}
     return ids
 
