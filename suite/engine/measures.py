@@ -129,10 +129,13 @@ class Progress:
     every member at once on the device, with no work per member on the host: embedding norms by
     token frequency (frequency_quartiles of each member's training tokens, as masks built once),
     MED, the mean L2 distance between the embeddings of consecutive numbers (Grokking-Insight),
-    and what sigma_ratio needs (Lanczos tridiagonals of E's and W's Gram matrices, read back with
-    the evaluation's one copy; `ratios` finishes on the host in one batched call)."""
+    and what sigma_ratio needs: on a GPU (batched) Lanczos tridiagonals of E's and W's Gram matrices,
+    read back with the evaluation's one copy and finished on the host in one batched call; on a CPU
+    E and W themselves, each member's ratio computed as sigma_max computes it (the same work there,
+    and faster than batched ops on small matrices)."""
 
     def __init__(self, datas: list[TaskData], device: torch.device):
+        self.batched = device.type != "cpu"
         self.buckets = None  # bucket -> [K, vocab] mask of each member's tokens in it
         if all(d.token_freq is not None for d in datas):
             masks: dict[str, list] = {}
@@ -167,23 +170,27 @@ class Progress:
         if self.numbers is not None:
             numbers = torch.gather(E, 1, self.numbers[..., None].expand(-1, -1, E.shape[-1]))
             columns["med"] = (numbers[:, 1:] - numbers[:, :-1]).norm(dim=-1).mean(1)
-        extra = {} if W is None else {"E": lanczos(E), "W": lanczos(W)}
-        return columns, extra
+        if W is None:
+            return columns, {}
+        return columns, ({"E": lanczos(E), "W": lanczos(W)} if self.batched else {"E": E, "W": W})
+
+    def ratios(self, host: dict[str, torch.Tensor]) -> list[float]:
+        """sigma_max(E) / sigma_max(W) per member, from columns()'s extra on the host; nan where W is 0."""
+        if not self.batched:
+            return [sigma_ratio(e, w) for e, w in zip(host["E"], host["W"])]
+        sigma_e, sigma_w = (top_eigenvalues(host[k]).sqrt() for k in ("E", "W"))
+        return torch.where(sigma_w > 0, sigma_e / sigma_w, float("nan")).tolist()
 
 
 LANCZOS_STEPS = 48  # the top eigenvalue of a 512 x 512 Gram matrix settles to ~1e-12 in 20-30
 
 
 @torch.no_grad()
-def lanczos(a: torch.Tensor, steps: int = LANCZOS_STEPS, one_by_one: bool | None = None) -> torch.Tensor:
+def lanczos(a: torch.Tensor, steps: int = LANCZOS_STEPS) -> torch.Tensor:
     """The Lanczos tridiagonals [K, m, m] of the Gram matrices of K matrices a [K, rows, ...] (over
     the smaller dimension), in float64 on a's device, `steps` iterations (all of them where the Gram
     matrix is smaller) with full reorthogonalization, and no synchronization: their top eigenvalue
-    (top_eigenvalues) is sigma_max squared. A matrix with a non-finite entry gives nan. On a CPU
-    each member's own (a batched product's rounding depends on K there: a member would not be its
-    separate run bit for bit); on a GPU the K at once (one_by_one says which, where given)."""
-    if (a.device.type == "cpu" if one_by_one is None else one_by_one) and len(a) > 1:
-        return torch.cat([lanczos(a[i : i + 1], steps) for i in range(len(a))])
+    (top_eigenvalues) is sigma_max squared. A matrix with a non-finite entry gives nan."""
     a = a.flatten(2).double()
     if a.shape[1] > a.shape[2]:
         a = a.mT  # the smaller dimension n: the Gram matrix a a^T is n x n
@@ -217,10 +224,10 @@ def top_eigenvalues(T: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, top, float("nan"))
 
 
-def ratios(tridiagonals: dict[str, torch.Tensor]) -> torch.Tensor:
-    """sigma_max(E) / sigma_max(W) per member from Progress.columns's host copies; nan where W is 0."""
-    sigma_e, sigma_w = (top_eigenvalues(tridiagonals[k]).sqrt() for k in ("E", "W"))
-    return torch.where(sigma_w > 0, sigma_e / sigma_w, float("nan"))
+def sigma_ratio(E: torch.Tensor, W: torch.Tensor) -> float:
+    """sigma_max(E) / sigma_max(W) of one member (host tensors); nan when W decayed to exactly 0."""
+    sigma_w = sigma_max(W)
+    return sigma_max(E) / sigma_w if sigma_w else float("nan")
 
 
 def progress_measures(model, data: TaskData) -> dict[str, float]:
@@ -228,8 +235,9 @@ def progress_measures(model, data: TaskData) -> dict[str, float]:
     E, W = getattr(model, "embedding_weight", None), getattr(model, "coupled_weight", None)
     if E is None or data.token_freq is None:
         return {}
-    columns, extra = Progress([data], E.device).columns(E.detach()[None], None if W is None else W.detach()[None])
+    progress = Progress([data], E.device)
+    columns, extra = progress.columns(E.detach()[None], None if W is None else W.detach()[None])
     out = {k: v.item() for k, v in columns.items()}
     if extra:
-        out["sigma_ratio"] = ratios({k: v.cpu() for k, v in extra.items()}).item()
+        (out["sigma_ratio"],) = progress.ratios({k: v.cpu() for k, v in extra.items()})
     return out

@@ -16,7 +16,7 @@ import torch
 
 from suite.engine import precision
 from suite.engine.hessian import hessian_measures
-from suite.engine.measures import LOSSES, Progress, evaluate, ratios, to_host
+from suite.engine.measures import LOSSES, Progress, evaluate, to_host
 from suite.engine.member import Member
 from suite.engine.stacked import Alone, Stacked, finite
 from suite.engine.updates import elementwise, for_stack, training
@@ -103,7 +103,7 @@ class Stack:
             [torch.stack([c.double() for c in columns.values()]), finite(self.model), *extra.values()]
             + ([med.double()] if med is not None else [])
         )
-        sigma = ratios(dict(zip(extra, copies))).tolist() if extra else None
+        sigma = self.progress.ratios(dict(zip(extra, copies))) if extra else None
         meds = copies[-1].tolist() if med is not None else None
         rows, finite_ = packed.T.tolist(), finite_.tolist()  # plain numbers: nothing below runs per member on a tensor
         records = []
@@ -128,7 +128,7 @@ class Stack:
 
     def _measure(self) -> tuple[dict, dict]:
         """On the device: the [K] columns every record holds, and what the host needs besides (the
-        tridiagonals sigma_ratio is read from)."""
+        E and W, or on a GPU their tridiagonals, for sigma_ratio)."""
         cfg = self.cfg
         self.model.eval()
         with precision.autocast(cfg.precision, self.device):  # the model as it trains
