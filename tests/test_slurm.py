@@ -251,7 +251,8 @@ eval_every = 50
 checkpoint_every = 100
 patience = "none"
 [axes]
-"train.steps" = [4000, 1000]   # array task 0: both seeds of 4000 steps as one stack; 1: of 1000
+"train.steps" = [4000, 3000]   # array task 0: both seeds of 4000 steps as one stack; 1: of 3000 (its window
+                               # between a checkpoint and its end must outlast a busy machine's polling)
 seed = [0, 1]
 """
 
