@@ -453,3 +453,39 @@ def test_a_stack_of_mlps_with_a_product_of_one_column_equals_its_separate_runs_b
     for i, spec in enumerate(specs):
         train(as_cells([spec], [tmp_path / "alone" / str(i)]), CPU)
         assert _metrics(tmp_path / "stack" / str(i)) == _metrics(tmp_path / "alone" / str(i))
+
+
+@pytest.mark.parametrize("sampler, shrinks", [("random", True), ("epoch", False)])
+def test_batches_drawn_ahead_leave_every_members_numbers_as_drawn_in_the_step(tmp_path, monkeypatch, sampler, shrinks):
+    # On a GPU the next step's batches are drawn in a thread while the step runs (suite/engine/draws.py):
+    # forced here on the CPU, through checkpoints (the epoch sampler's mid-epoch: 60 examples, batch 16),
+    # members leaving at different steps and a preemption.
+    from suite.engine import draws
+
+    settings = {**SMALL, "d": 16, "hidden": 32, "train.steps": 100, "target": 0.1, "hold": 0, "patience": 0}
+    specs = _specs({"sampler": sampler}, settings | {"checkpoint_every": 30}, seeds=range(4))
+    inline = train(as_cells(specs, [tmp_path / "inline" / str(i) for i in range(4)]), CPU)
+    steps = [r["steps"] for r in inline]
+    assert len(set(steps)) > 1  # members do leave the stack at different steps
+    last = steps.index(max(steps))  # preempted where others have left
+
+    drawn, draw_ahead = [], draws.Draws._draw_ahead
+    monkeypatch.setattr(draws, "ahead", lambda device: True)
+    monkeypatch.setattr(draws.Draws, "_draw_ahead", lambda self, ms: drawn.append(len(ms)) or draw_ahead(self, ms))
+    cut = [tmp_path / "ahead" / str(i) for i in range(4)]
+    with pytest.raises(Preempted):
+        train(as_cells(specs, cut, [PreemptAt(max(steps) - 10) if i == last else None for i in range(4)]), CPU)
+    train(as_cells(specs, cut), CPU)
+    assert len(drawn) > 90 and (len(set(drawn)) > 1) == shrinks  # drawn ahead, for stacks that shrank
+    for i in range(4):
+        assert _metrics(cut[i]) == _metrics(tmp_path / "inline" / str(i))
+        on_disk = [json.loads((d / "result.json").read_text()) for d in (cut[i], tmp_path / "inline" / str(i))]
+        assert _same_result(*on_disk)
+
+
+def test_a_sampler_that_adapts_to_training_draws_in_the_step(monkeypatch):
+    from suite.engine import draws
+
+    monkeypatch.setattr(draws, "ahead", lambda device: True)
+    assert stack_of(_specs({}, {**SMALL, "d": 16, "hidden": 32}, seeds=(0, 1))).draws.ahead
+    assert not stack_of(_specs({"sampler": "grad_softmax"}, {**SMALL, "d": 16, "hidden": 32}, seeds=(0, 1))).draws.ahead

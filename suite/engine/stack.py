@@ -15,6 +15,7 @@ import math
 import torch
 
 from suite.engine import precision
+from suite.engine.draws import Draws
 from suite.engine.hessian import hessian_measures
 from suite.engine.measures import LOSSES, Progress, evaluate, to_host
 from suite.engine.member import Member
@@ -39,6 +40,7 @@ class Stack:
         datas = [m.data for m in members]
         self.val_groups = {name: _stack([d.val_groups[name] for d in datas]) for name in datas[0].val_groups}
         self.progress = Progress(datas, device)
+        self.draws = Draws(members, device)
         if members[0].start:
             self._restore([m.state for m in members])
 
@@ -73,10 +75,7 @@ class Stack:
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every live member's next batch of its own data, [K, batch, ...] and [K, batch]."""
-        batch = torch.stack([m.sampler.next() for m in self.live])  # [K, batch], drawn on the CPU
-        if self.device.type == "cuda":  # pinned: the copy need not wait for the steps queued before it
-            batch = batch.pin_memory()
-        batch = batch.to(self.device, non_blocking=True)
+        batch = self.draws.next().to(self.device, non_blocking=True)  # [K, batch], drawn on the CPU
         rows = torch.arange(len(self.live), device=self.device)[:, None]  # member i's batch from member i's data
         return self.x_train[rows, batch], self.y_train[rows, batch]
 
@@ -171,6 +170,7 @@ class Stack:
         if not keep:  # every member stopped: nothing left to train
             return
         states = self.update.states()
+        self.draws.keep(self.live)
         self.model.keep(keep)
         self.update = self.update.keep([m.spec for m in self.live], [states[i] for i in keep])
         self.x_train, self.y_train, self.x_val, self.y_val, self.running_correct = (

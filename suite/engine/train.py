@@ -143,7 +143,7 @@ def train_stack(stack: Stack, device: torch.device, compile: bool, stop: _StopFl
     progress.begin(stack.cfg.eval_every, stack.x_train.shape[1], stack.x_val.shape[1])
     stack.start()
     clock = WallShare(K)
-    with precision.matmul_mode(cfg.precision, device):
+    with precision.matmul_mode(cfg.precision, device), contextlib.closing(stack.draws):
         for step in range(start, cfg.steps + 1):
             if step > start and (step % cfg.checkpoint_every == 0 or stop.raised):
                 with phase("checkpoint"):
@@ -245,7 +245,9 @@ def finish(stack: Stack, m: Member, step: int, reason: str, wall: float, how: di
 
 
 def checkpoint(stack: Stack, step: int, wall_share: float) -> None:
-    """One checkpoint per live member, each in the format of a separate run."""
+    """One checkpoint per live member, each in the format of a separate run (its sampler as its
+    last batch left it: a batch drawn ahead is drawn again)."""
+    stack.draws.rewind()
     for m, state in zip(stack.live, stack.states()):
         m.save_checkpoint(state | rng_states(stack.device) | {"step": step, "wall_s": m.wall_before + wall_share})
 
