@@ -85,6 +85,45 @@ def test_evaluations_reach_the_disk_before_the_checkpoint_that_continues_them(tm
     assert order[first - 1].endswith("metrics.jsonl")  # fsynced just before the first checkpoint was written
 
 
+def test_a_stacks_files_are_written_side_by_side_each_run_in_its_order(tmp_path, monkeypatch):
+    # A stack's K runs open, checkpoint and finish in threads (fsyncs that arrive together commit at
+    # once); each run's own files still reach the disk in the order that keeps it resumable.
+    synced, real_fsync = [], os.fsync  # (run folder, file, thread)
+    monkeypatch.setattr(
+        os,
+        "fsync",
+        lambda fd: (
+            synced.append((*os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1), threading.current_thread().name))
+            or real_fsync(fd)
+        ),
+    )
+    runs = [tmp_path / str(seed) for seed in range(3)]
+    train(as_cells([resolve({}, CELL | {"checkpoint_every": 20}, seed) for seed in range(3)], runs), CPU)
+    for run in runs:
+        files = [name.lstrip(".").split(".")[0] for d, name, _ in synced if d == str(run)]  # .result.json.x1.tmp
+        assert files[:3] == ["spec", "code", "metrics"]  # as it opens
+        assert files[-2:] == ["metrics", "result"]  # the evaluations, then result.json that says they are all in
+        checkpoints = [i for i, name in enumerate(files) if name == "checkpoint"]  # steps 20, 40 and 60
+        assert len(checkpoints) == 3 and all(files[i - 1] == "metrics" for i in checkpoints)
+    assert all(thread.startswith("writes") for *_, thread in synced)
+
+
+def test_write_all_runs_every_write_together_and_raises_the_first_failure():
+    from suite.engine.member import write_all
+
+    together, done = threading.Barrier(3, timeout=10), []
+
+    def write(i):
+        together.wait()  # breaks unless all three run at once
+        if i == 1:
+            raise OSError(errno.ENOSPC, "No space left on device", f"run{i}")
+        done.append(i)
+
+    with pytest.raises(OSError, match="run1"):
+        write_all([lambda i=i: write(i) for i in range(3)])
+    assert sorted(done) == [0, 2]  # the others finished their writes
+
+
 def test_stale_temporaries_of_a_killed_writer_are_cleaned_on_resume(tmp_path):
     out = stopped(tmp_path, 0)
     for name in (".checkpoint.pt.k1ll3d.tmp", ".metrics.jsonl.abc123.tmp"):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import platform
-import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import TextIO
 
@@ -30,6 +31,8 @@ from suite.specs.cell import Cell
 from suite.specs.code import code_of
 from suite.specs.config import TrainConfig
 from suite.specs.contracts import Tracker
+
+WRITERS = 16  # threads that write members' files at once (write_all)
 
 
 @dataclass
@@ -124,8 +127,6 @@ class Member(Built):
 
     def open(self) -> None:
         """Start writing: spec.json, and metrics.jsonl up to where it resumes (replayed into the milestones)."""
-        if self.start:
-            print(f"resuming {self.run_dir.path} from step {self.start}", file=sys.stderr)
         spec = self.spec.to_json()
         write_json(self.run_dir / "spec.json", spec)
         write_json(self.run_dir / CODE, code_of(spec))  # what a later command checks before reusing it
@@ -183,7 +184,10 @@ class Member(Built):
 
     def finish(self, step: int, stop_reason: str, wall: float, how: dict, final_weights: dict | None = None) -> None:
         """Write result.json (its last finite evaluation, milestones, provenance), last, and
-        close the run folder."""
+        close the run folder. Its evaluations reach the disk first: result.json says they are all there.
+        (Its tracker is told after: `tell_tracker`.)"""
+        self.metrics_file.flush()
+        os.fsync(self.metrics_file.fileno())
         self.metrics_file.close()
         record = self.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
         m = self.milestones
@@ -221,10 +225,13 @@ class Member(Built):
         if m.grok_step is None:  # a streak that never held leaves no grok weights
             weights.drop(self.run_dir.path, "grok")
         write_json(self.run_dir / "result.json", self.result)
-        if self.tracker is not None:
-            self.tracker.finish(self.result)
         self.run_dir.drop_checkpoints()
         self.run_dir.unlock()
+
+    def tell_tracker(self) -> None:
+        """The finished run's result to its tracker (W&B), from the main thread."""
+        if self.tracker is not None:
+            self.tracker.finish(self.result)
 
     def release(self) -> None:
         """Close and unlock the run folder (preempted: its checkpoint stays); one it never wrote to
@@ -234,6 +241,21 @@ class Member(Built):
             self.run_dir.unlock()
         elif self.run_dir is not None:
             self.run_dir.abandon()
+
+
+def write_all(writes: list[Callable[[], None]]) -> None:
+    """Run each member's writes (a call that writes one member's files, in its order) side by side in
+    threads: a filesystem commits fsyncs that arrive together at once (64 files fsync'd one after
+    another took 230-490 ms on a cloud disk, side by side 33 ms), so a stack's K runs open, checkpoint
+    and finish in about the time of one. Every call completes; then the first failure is raised."""
+    if len(writes) <= 1:
+        for write in writes:
+            write()
+        return
+    with ThreadPoolExecutor(min(len(writes), WRITERS), thread_name_prefix="writes") as pool:
+        done = [pool.submit(write) for write in writes]
+    for future in done:
+        future.result()
 
 
 def claim(members: list[Member], cells: list[Cell]) -> None:

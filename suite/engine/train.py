@@ -24,13 +24,14 @@ import os
 import signal
 import sys
 import time
+from functools import partial
 
 import torch
 from torch.profiler import record_function as phase
 
 from suite.engine import precision
 from suite.engine.build import build
-from suite.engine.member import Member, claim
+from suite.engine.member import Member, claim, write_all
 from suite.engine.plan import stacks
 from suite.engine.race import Race
 from suite.engine.stack import Stack
@@ -100,11 +101,14 @@ def _train(cells: list[Cell], device: torch.device, compile: bool) -> list[dict]
         try:
             with phase("set-up"):
                 planned = stacks(members, device)  # ...to here (their optimizers and filters)
-                for m in members:
-                    if m.result is None:
-                        m.open()  # the first write
-                        if m.tracker is not None:
-                            m.tracker.start()  # before any clock: W&B's start-up is not training time
+                opening = [m for m in members if m.result is None]
+                for m in opening:
+                    if m.start:
+                        print(f"resuming {m.run_dir.path} from step {m.start}", file=sys.stderr)
+                write_all([m.open for m in opening])  # the first writes
+                for m in opening:
+                    if m.tracker is not None:
+                        m.tracker.start()  # before any clock: W&B's start-up is not training time
             race = Race(members)
             for stack in planned:
                 train_stack(stack, device, compile, stop, race)
@@ -211,15 +215,15 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag
                 m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
                 if stack.cfg.keep_weights:
                     m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
-            for m in stack.live:
+            stops = []  # (index in the stack, member, why it stops)
+            for i, m in enumerate(stack.live):
                 raced = "raced" if race and race.lost(m, step) else None
                 # at the budget's end too, here: the final weights kept are the ones just evaluated
-                if (
-                    reason := stop_reason(m, stack.cfg, step)
-                    or raced
-                    or ("budget" if step >= stack.cfg.steps else None)
-                ):
-                    finish(stack, m, step, reason, m.wall_before + clock.now(), how)
+                budget = "budget" if step >= stack.cfg.steps else None
+                if reason := stop_reason(m, stack.cfg, step) or raced or budget:
+                    stops.append((i, m, reason))
+            if stops:
+                finish(stack, stops, step, clock.now(), how)
 
 
 def stop_reason(m: Member, cfg, step: int) -> str | None:
@@ -239,17 +243,31 @@ def stop_reason(m: Member, cfg, step: int) -> str | None:
     return None
 
 
-def finish(stack: Stack, m: Member, step: int, reason: str, wall: float, how: dict) -> None:
-    keep = stack.cfg.keep_weights and not m.diverged
-    m.finish(step, reason, wall, how, stack.model.member_state_dicts()[stack.live.index(m)] if keep else None)
+def finish(stack: Stack, stops: list[tuple[int, Member, str]], step: int, wall_share: float, how: dict) -> None:
+    """The members that stop here write their results (side by side), then tell their trackers."""
+    weights = stack.model.member_state_dicts() if stack.cfg.keep_weights else None
+    final = [weights[i] if weights and not m.diverged else None for i, m, _ in stops]
+    write_all(
+        [
+            partial(m.finish, step, reason, m.wall_before + wall_share, how, kept)
+            for (_, m, reason), kept in zip(stops, final)
+        ]
+    )
+    for _, m, _ in stops:
+        m.tell_tracker()
 
 
 def checkpoint(stack: Stack, step: int, wall_share: float) -> None:
     """One checkpoint per live member, each in the format of a separate run (its sampler as its
-    last batch left it: a batch drawn ahead is drawn again)."""
+    last batch left it: a batch drawn ahead is drawn again), written side by side."""
     stack.draws.rewind()
-    for m, state in zip(stack.live, stack.states()):
-        m.save_checkpoint(state | rng_states(stack.device) | {"step": step, "wall_s": m.wall_before + wall_share})
+    rng = rng_states(stack.device)
+    write_all(
+        [
+            partial(m.save_checkpoint, state | rng | {"step": step, "wall_s": m.wall_before + wall_share})
+            for m, state in zip(stack.live, stack.states())
+        ]
+    )
 
 
 class _StopNow(Exception):
