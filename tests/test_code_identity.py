@@ -151,3 +151,27 @@ def test_a_run_made_before_code_was_recorded_is_reused(tmp_path):
     (out / "result.json").write_text(json.dumps(result))
     again = cli(*args)
     assert again.returncode == 0 and "already finished" in again.stderr
+
+
+def test_a_stack_opening_in_threads_hashes_each_component_s_code_once(monkeypatch):
+    # write_all opens a stack's runs side by side; each would otherwise hash the code itself (seconds each)
+    import threading
+
+    from suite.specs import code
+    from suite.specs.spec import resolve
+
+    code._identity.cache_clear()
+    hashed, own_modules = [], code._own_modules
+    monkeypatch.setattr(code, "_own_modules", lambda module: hashed.append(module) or own_modules(module))
+    spec, together = resolve({}, {}, 0), threading.Barrier(8, timeout=30)
+
+    def open_one():
+        together.wait()
+        return code.code_of(spec)
+
+    threads = [threading.Thread(target=open_one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(hashed) == len(code.code_of(spec))  # once per component (each kind's is another function)

@@ -28,6 +28,7 @@ import importlib.metadata
 import inspect
 import re
 import sys
+import threading
 
 KINDS = ("task", "model", "opt", "sampler", "filter")
 
@@ -36,7 +37,11 @@ def code_of(spec: dict) -> dict:
     """Per component kind in the spec: {name, module, code_sha256, modules, imports, package, version}."""
     from suite.specs.registry import ALL
 
-    return {kind: _identity(ALL[kind].get(spec[kind]["name"]).build) for kind in KINDS if kind in spec}
+    with _computing:  # a stack's runs open in threads: one of them hashes the code, the others wait for it
+        return {kind: _identity(ALL[kind].get(spec[kind]["name"]).build) for kind in KINDS if kind in spec}
+
+
+_computing = threading.Lock()
 
 
 def changed(recorded: dict | None, spec: dict) -> str | None:
