@@ -99,7 +99,9 @@ def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement
         v.withheld = _withheld(problem, (method, base_name), searched, checks)
         if not v.withheld:
             v.speedup = against_baseline(row, base)
-            pairs.setdefault(method, []).append((problem, base["times"], row["times"]))
+            base_times, times = _paired(base, row)
+            if times:
+                pairs.setdefault(method, []).append((problem, base_times, times))
     judged = [v for v in verdicts if v.speedup is not None]
     for v, p in zip(judged, holm([v.speedup["p_value"] for v in judged])):
         n = min(v.row["seeds"], rows[v.problem, v.baseline]["seeds"])
@@ -118,6 +120,14 @@ def _withheld(problem: str, names: tuple, searched: dict, checks: dict) -> str:
         name, r = beaten[0]
         return f"tuning failed: {r.label} faster than tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
     return ""
+
+
+def _paired(base: dict, row: dict) -> tuple[list[float], list[float]]:
+    """Both rows' times on the seeds both ran, in the row's order (a campaign stopped early can leave a
+    row with fewer final seeds than its baseline)."""
+    base_time = dict(zip(base["seed_list"], base["times"]))
+    common = [(base_time[seed], time) for seed, time in zip(row["seed_list"], row["times"]) if seed in base_time]
+    return [b for b, _ in common], [t for _, t in common]
 
 
 def _pooled(pairs: dict, record: dict) -> list[Pooled]:
