@@ -116,7 +116,7 @@ def test_a_board_made_at_another_protocol_or_a_taken_name_is_refused_in_one_line
     args = ["tune", "--add", str(tmp_path / "mine.toml"), "--root", str(tmp_path / "r")]
     assert main(args + ["--against", str(old)]) == 2
     err = capsys.readouterr().err
-    assert "run at protocol 1" in err and len(err.strip().splitlines()) == 1
+    assert "run by computation 1" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "mine.toml").write_text(MINE.replace("methods.mine", "methods.adamw"))
     assert main(args + ["--against", str(committed)]) == 2
     assert "'adamw' is already a method of the board" in capsys.readouterr().err

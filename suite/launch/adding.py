@@ -43,7 +43,7 @@ def board_record(board: str | Path) -> tuple[dict, Path]:
     made_at = record.get("protocol", 1)
     if made_at != PROTOCOL:
         raise SuiteError(
-            f"{board} was run at protocol {made_at} and this suite computes runs as protocol {PROTOCOL}: its "
+            f"{board} was run by computation {made_at} and this suite computes runs as computation {PROTOCOL}: its "
             "baselines and your method would not be measured alike; add it at the commit its runs name "
             "(git_commit in their result.json), or rerun the board"
         )

@@ -13,9 +13,10 @@ from pathlib import Path
 from suite.results.rundir import UnreadableFile, read_json, write_json
 from suite.specs.cell import GRID_NAME
 
-# The way this suite computes a run, as a number a board records: bumped when a change makes the same
-# spec and seed train to different numbers (2: each stack member runs its own products on the CPU).
-# A method is added to a board (`suite tune --add`) only at the protocol its baselines were run at.
+# The way this suite computes a run (its computation, a number a board records as "protocol"; not the
+# grid's tuning protocol version): bumped when a change makes the same spec and seed train to
+# different numbers (2: each stack member runs its own products on the CPU). A method is added to a
+# board (`suite tune --add`) only by a suite of the computation its baselines were run by.
 PROTOCOL = 2
 
 
