@@ -321,3 +321,32 @@ def test_a_dry_run_estimates_the_whole_tune_from_measured_step_costs_and_says_wh
     assert "up to" in err and "for 6 runs, each to its budget" in err  # 1 trial x 1 tuning seed + 5 final seeds
     assert "the race cannot help: a search of one trial has no rival" in err
     assert len(measured) == 1 and not (tmp_path / "runs").exists()  # one shape, measured; nothing written
+
+
+def test_the_decay_plot_sets_trials_without_a_time_apart_by_why(monkeypatch):
+    # a trial that never held the target, or that the race stopped, has no time: it must not read as one
+    from suite.leaderboard.studies import tuning as page
+
+    figures = []
+    monkeypatch.setattr("suite.leaderboard.plots.to_png", lambda fig: figures.append(fig) or b"png")
+    tried = [
+        {"settings": {"lr": 1e-2, "weight_decay": 1e-3, "decoupled_weight_decay": False}, "median_time": 900.0},
+        {"settings": {"lr": 1e-3, "weight_decay": 1.0, "decoupled_weight_decay": True}, "median_time": 4000.0},
+        {"settings": {"lr": 1e-4, "weight_decay": 1e-2, "decoupled_weight_decay": True}, "median_time": math.inf},
+        {"settings": {"lr": 3e-2, "weight_decay": 1e-2}, "median_time": math.inf, "raced": [True, True]},
+    ]
+    record = {
+        "methods": {"adam": {"fixed": {}}},
+        "shared": {"lr": None},
+        "chosen": [{"cell": "c", "method": "adam", "tried": tried}],
+    }
+    assert page.tuning_scatter(record) == b"png"
+    (ax,) = [ax for ax in figures[0].axes if ax.get_visible()]
+    marks = {
+        (line.get_marker(), line.get_markerfacecolor() == "none"): line.get_ydata()[0]
+        for line in ax.lines
+        if len(line.get_ydata())
+    }
+    band = marks["x", False]
+    assert marks["o", True] == 900 and marks["o", False] == 4000  # coupled hollow, decoupled filled
+    assert marks["^", False] == band > 4000 and ax.get_yticklabels()[-1].get_text() == "no time"

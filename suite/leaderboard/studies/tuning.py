@@ -395,7 +395,10 @@ def speedup_forest(judgement: Judgement) -> bytes | None:
 def tuning_scatter(record: dict) -> bytes | None:
     """Per method, every trial's median held time on the tuning seeds against its decay per step
     (lr x weight_decay; its lr where the method fixes weight_decay at 0), one colour per problem;
-    coupled decay hollow. A trial that never held the target sits on the top edge."""
+    coupled decay hollow. A trial without a median time sits in a band above the others: a cross
+    where it did not hold the target, a triangle where the race stopped it (it would not have won)."""
+    from matplotlib.ticker import MaxNLocator
+
     from suite.leaderboard.plots import figure, style, to_png
 
     methods = list(record["methods"])
@@ -405,6 +408,7 @@ def tuning_scatter(record: dict) -> bytes | None:
     top = max(
         (t["median_time"] for c in record["chosen"] for t in c["tried"] if math.isfinite(t["median_time"])), default=1.0
     )
+    band = 1.15 * top  # where a trial without a median time sits
     fig = figure(figsize=(4 * min(len(methods), 3), 3.2 * math.ceil(len(methods) / 3)))
     axes = fig.subplots(math.ceil(len(methods) / 3), min(len(methods), 3), squeeze=False).ravel()
     for ax, method in zip(axes, methods):
@@ -415,9 +419,16 @@ def tuning_scatter(record: dict) -> bytes | None:
                 settings = fixed | t["settings"]
                 wd = settings.get("weight_decay", 0.0)
                 x = settings["lr"] * wd if wd else settings["lr"]
-                y = t["median_time"] if math.isfinite(t["median_time"]) else 1.1 * top
                 coupled = settings.get("decoupled_weight_decay") is False
-                ax.plot(x, y, "o", markerfacecolor="none" if coupled else colour, markeredgecolor=colour)
+                if math.isfinite(t["median_time"]):
+                    ax.plot(
+                        x, t["median_time"], "o", markerfacecolor="none" if coupled else colour, markeredgecolor=colour
+                    )
+                else:
+                    ax.plot(x, band, "^" if any(t.get("raced", [])) else "x", color=colour, alpha=0.6)
+        ax.axhline(0.5 * (top + band), color="grey", linewidth=0.5, linestyle=":")
+        ticks = [t for t in MaxNLocator(5).tick_values(0, top) if 0 <= t <= top]
+        ax.set_yticks([*ticks, band], [f"{t:,.0f}" for t in ticks] + ["no time"])
         ax.set_xscale("log")
         ax.set_title(method, fontsize=9)
         ax.set_xlabel(
@@ -428,8 +439,16 @@ def tuning_scatter(record: dict) -> bytes | None:
         ax.set_visible(False)
     handles = [
         axes[0].plot([], [], "o", color=style(i)["color"], label=problem)[0] for i, problem in enumerate(problems)
+    ] + [
+        axes[0].plot([], [], marker, color="grey", markerfacecolor=face, label=label)[0]
+        for marker, face, label in (
+            ("o", "grey", "decoupled decay"),
+            ("o", "none", "coupled (L2) decay"),
+            ("x", "grey", "did not hold the target"),
+            ("^", "grey", "stopped by the race"),
+        )
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(problems), 4), fontsize=8)
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8)
     return to_png(fig)
 
 
