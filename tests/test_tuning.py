@@ -350,3 +350,22 @@ def test_the_decay_plot_sets_trials_without_a_time_apart_by_why(monkeypatch):
     band = marks["x", False]
     assert marks["o", True] == 900 and marks["o", False] == 4000  # coupled hollow, decoupled filled
     assert marks["^", False] == band > 4000 and ax.get_yticklabels()[-1].get_text() == "no time"
+
+
+def test_the_forest_plot_marks_an_interval_that_goes_past_its_axis(monkeypatch):
+    # a seed that failed makes a bound 0 or inf: the clipped end carries an arrow, not a false end
+    from suite.leaderboard.studies import tuning as page
+    from suite.leaderboard.tuned import Judgement, Verdict
+
+    figures = []
+    monkeypatch.setattr("suite.leaderboard.plots.to_png", lambda fig: figures.append(fig) or b"png")
+    speedups = {"a": (1.75, 0.0, 2.0), "b": (0.9, 0.67, 1.0)}
+    verdicts = [
+        Verdict("c", m, {}, {}, None, "adam", {"speedup": s, "speedup_ci_low": lo, "speedup_ci_high": hi})
+        for m, (s, lo, hi) in speedups.items()
+    ]
+    assert page.speedup_forest(Judgement(verdicts, [], {})) == b"png"
+    arrows = [
+        (line.get_marker(), line.get_xdata()[0]) for line in figures[0].axes[0].lines if line.get_marker() in "<>"
+    ]
+    assert arrows == [("<", 1e-2)]

@@ -365,7 +365,8 @@ def _figures(board: Board, record: dict, judgement: Judgement) -> list[str]:
 
 def speedup_forest(judgement: Judgement) -> bytes | None:
     """Per problem, each judged method's speed-up over its baseline with its 95% interval, on a log axis
-    (a method without a verdict in a problem: its label, no mark)."""
+    clipped to 0.01-100 (an arrow where the interval goes on; a method without a verdict in a problem:
+    its label, no mark)."""
     from suite.leaderboard.plots import figure, style, to_png
 
     shown = [v for v in judgement.verdicts if v.baseline is not None]
@@ -383,6 +384,9 @@ def speedup_forest(judgement: Judgement) -> bytes | None:
             lo, hi = (min(max(x, 1e-2), 1e2) for x in (s["speedup_ci_low"], s["speedup_ci_high"]))
             ax.plot([lo, hi], [y, y], color=colour, linewidth=2)
             ax.plot(s["speedup"], y, "o", color=colour)
+            for end, bound, arrow in ((lo, 1e-2, "<"), (hi, 1e2, ">")):
+                if end == bound:  # the interval goes on past the axis (a bound of 0 or inf: a seed failed)
+                    ax.plot(end, y, arrow, color=colour)
         ticks.append((y, f"{v.problem}  {v.method}" + ("" if s is not None else " (no verdict)")))
         y -= 1
     ax.axvline(1.0, color="grey", linewidth=1)
