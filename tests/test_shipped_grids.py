@@ -87,3 +87,14 @@ def test_each_committed_board_s_grid_still_names_the_spec_of_every_run_it_holds(
     assert len(unnamed) == (len(results) if older == "all" else older), (
         f"{len(unnamed)} of {board}'s runs are no cell of its grid now"
     )
+
+
+def test_the_headline_board_s_runs_were_made_by_today_s_code():
+    # `suite tune --add` benchmarks a method against these runs and refuses runs whose component code
+    # changed since (suite.specs.code): a change to a task, model, optimizer, sampler or filter module
+    # shuts every user out of the headline board until it is rerun
+    from suite.specs.code import changed
+
+    results = [json.loads(p.read_text()) for p in (REPO / "leaderboards" / "tuned").rglob("result.json")]
+    stale = [(r["run_id"], why) for r in results if (why := changed(r["code"], r["spec"]))]
+    assert results and not stale, f"{len(stale)} of {len(results)} runs, the first {stale[:1]}"

@@ -42,8 +42,6 @@ def _check_batch(batch_size: int, data: TaskData) -> None:
 class RandomBatches(Sampler):
     """Uniform minibatches: batch_size distinct training examples per step."""
 
-    draws_ahead = True
-
     def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512):
         _check_batch(batch_size, data)
         self.n, self.batch_size, self.generator = len(data.y_train), batch_size, generator
@@ -56,8 +54,6 @@ class RandomBatches(Sampler):
 @register_sampler("full")
 class FullBatch(Sampler):
     """Full batch: every training example at every step."""
-
-    draws_ahead = True
 
     def __init__(self, data: TaskData, generator: torch.Generator):
         self.all = torch.arange(len(data.y_train), device=data.y_train.device)
@@ -79,8 +75,6 @@ class FrequencyAware(Sampler):
     (the paper's stagnation mechanism); here all rates are equal. Tokens present in every
     example (the operator, '=') carry no choice and are left out. power = 0 is uniform.
     """
-
-    draws_ahead = True
 
     def __init__(
         self,
@@ -205,8 +199,6 @@ class EpochBatches(Sampler):
     batches of 512 and one of 48 per epoch. Where an epoch stands is state, which
     state_dict() / load_state_dict() hand to the checkpoint.
     """
-
-    draws_ahead = True
 
     def __init__(self, data: TaskData, generator: torch.Generator, *, batch_size: int = 512):
         _check_batch(batch_size, data)

@@ -8,10 +8,10 @@ a sampler's state (a checkpoint) or changes who draws (members leaving) first `r
 made ahead is dropped, and every generator and sampler put back where it stood after the batch
 its member last trained on, which the next step draws again.
 
-Only samplers whose draws depend on nothing but their generator and their `state_dict()` (the
-sampler contract's `draws_ahead`) draw ahead; one that adapts to training (reads the embedding
-gradient) draws when the step asks. On the CPU the draws stay in the step: the thread would take
-a core from the step's own threads.
+A sampler's draws depend on nothing but its generator and the state its `state_dict()` holds (the
+sampler contract: what a resume rests on too), except for one that adapts to training: it reads
+the embedding gradient of the step before (`reads_embedding_grad`) and draws when the step asks.
+On the CPU the draws stay in the step: the thread would take a core from the step's own threads.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def ahead(device: torch.device) -> bool:
 class Draws:
     def __init__(self, members: list, device: torch.device):
         self.members = list(members)  # each with .sampler and .generator
-        self.ahead = ahead(device) and all(getattr(m.sampler, "draws_ahead", False) for m in self.members)
+        self.ahead = ahead(device) and not any(m.sampler.reads_embedding_grad for m in self.members)
         self.pinned = device.type == "cuda"  # pinned: the copy need not wait for the steps queued before it
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="draws") if self.ahead else None
         self.pending: Future | None = None  # the next step's batch and, to rewind it, where its draw began

@@ -186,9 +186,6 @@ class Sampler:
     """Base of every sampler: `next()` -> the next batch's indices into the training set."""
 
     reads_embedding_grad = False  # True: observe() gets the token-embedding gradient after each backward
-    # True: next() depends on nothing but the generator and state_dict()'s state, so on a GPU the loop
-    # may draw the next step's batch while this step runs (suite/engine/draws.py)
-    draws_ahead = False
 
     def next(self):  # -> torch.Tensor of indices into the training set
         raise NotImplementedError
