@@ -7,7 +7,8 @@ import textwrap
 import tomllib
 
 import pytest
-from conftest import PARITY_FIXED
+import torch
+from conftest import PARITY_FIXED, as_cells
 
 from suite import SuiteError
 from suite.cli import main
@@ -273,3 +274,26 @@ def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(tmp_pat
     assert "tuning failed" not in row and row.rstrip(" |").split("; ")[0].split("| ")[-1].startswith(
         ("faster", "slower", "not resolved")
     )
+
+
+def test_a_trial_is_raced_at_the_evaluation_its_rival_in_the_stack_finishes(tmp_path):
+    # sparse parity, seed 1 holds the target from step 20 and stops at 40; seed 0 reaches it at 40:
+    # its trial cannot win once seed 1's has finished, at that very evaluation, not one later
+    from dataclasses import replace
+
+    from suite.engine.train import train
+    from suite.specs.spec import resolve
+
+    settings = {"n_bits": 8, "k": 2, "n_examples": 256, "batch_size": 32, "d": 16, "hidden": 32,
+                "train.steps": 150, "eval_every": 10, "hold": 20, "patience": 20}  # fmt: skip
+    rival, trial = (resolve({"task": "sparse_parity"}, settings, seed) for seed in (1, 0))
+    cells = as_cells([rival, trial], [tmp_path / "rival", tmp_path / "trial"])
+    races = [
+        {"trial": [str(tmp_path / a)], "rivals": [[str(tmp_path / b)]]}
+        for a, b in (("rival", "trial"), ("trial", "rival"))
+    ]
+    done = train([replace(cell, race=race) for cell, race in zip(cells, races)], torch.device("cpu"))
+    assert [(r["stop_reason"], r["steps"], r["grok_step"]) for r in done] == [
+        ("target held", 40, 20),
+        ("raced", 40, None),
+    ]

@@ -182,13 +182,10 @@ class Member(Built):
             | {"run_id": self.spec.id, "seed": self.spec.seed}
         )
 
-    def finish(self, step: int, stop_reason: str, wall: float, how: dict, final_weights: dict | None = None) -> None:
-        """Write result.json (its last finite evaluation, milestones, provenance), last, and
-        close the run folder. Its evaluations reach the disk first: result.json says they are all there.
-        (Its tracker is told after: `tell_tracker`.)"""
-        self.metrics_file.flush()
-        os.fsync(self.metrics_file.fileno())
-        self.metrics_file.close()
+    def conclude(self, step: int, stop_reason: str, wall: float, how: dict) -> None:
+        """Its result (its last finite evaluation, milestones, provenance), in memory: from here the
+        race counts it finished (a trial whose rival concludes at this evaluation is judged against
+        it); `finish` writes it."""
         record = self.record or dict.fromkeys(("train_acc", "val_acc", "train_loss", "val_loss"))  # diverged at once
         m = self.milestones
         spec = self.spec.to_json()
@@ -220,11 +217,23 @@ class Member(Built):
             "torch_version": torch.__version__,
             "python": platform.python_version(),
         }
-        if final_weights is not None:  # before result.json: a finished run has its weights
-            weights.save(self.run_dir.path, "final", final_weights, step, self.spec.id)
-        if m.grok_step is None:  # a streak that never held leaves no grok weights
-            weights.drop(self.run_dir.path, "grok")
-        write_json(self.run_dir / "result.json", self.result)
+
+    def finish(self, final_weights: dict | None = None) -> None:
+        """Write its concluded result to result.json, last, and close the run folder. Its evaluations
+        reach the disk first: result.json says they are all there. (Its tracker is told after:
+        `tell_tracker`.) A write that fails leaves it unfinished, as a preempted run is."""
+        try:
+            self.metrics_file.flush()
+            os.fsync(self.metrics_file.fileno())
+            self.metrics_file.close()
+            if final_weights is not None:  # before result.json: a finished run has its weights
+                weights.save(self.run_dir.path, "final", final_weights, self.result["steps"], self.spec.id)
+            if self.result["grok_step"] is None:  # a streak that never held leaves no grok weights
+                weights.drop(self.run_dir.path, "grok")
+            write_json(self.run_dir / "result.json", self.result)
+        except BaseException:
+            self.result = None  # release() lets its run folder go
+            raise
         self.run_dir.drop_checkpoints()
         self.run_dir.unlock()
 

@@ -215,15 +215,16 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag
                 m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
                 if stack.cfg.keep_weights:
                     m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
-            stops = []  # (index in the stack, member, why it stops)
+            stops = []  # the index in the stack of each member that stops here
             for i, m in enumerate(stack.live):
-                raced = "raced" if race and race.lost(m, step) else None
+                raced = "raced" if race and race.lost(m, step) else None  # against the members concluded before it
                 # at the budget's end too, here: the final weights kept are the ones just evaluated
                 budget = "budget" if step >= stack.cfg.steps else None
                 if reason := stop_reason(m, stack.cfg, step) or raced or budget:
-                    stops.append((i, m, reason))
+                    m.conclude(step, reason, m.wall_before + clock.now(), how)
+                    stops.append(i)
             if stops:
-                finish(stack, stops, step, clock.now(), how)
+                finish(stack, stops)
 
 
 def stop_reason(m: Member, cfg, step: int) -> str | None:
@@ -243,17 +244,12 @@ def stop_reason(m: Member, cfg, step: int) -> str | None:
     return None
 
 
-def finish(stack: Stack, stops: list[tuple[int, Member, str]], step: int, wall_share: float, how: dict) -> None:
-    """The members that stop here write their results (side by side), then tell their trackers."""
+def finish(stack: Stack, stops: list[int]) -> None:
+    """The members at these indices, concluded, write their results (side by side), then tell their trackers."""
     weights = stack.model.member_state_dicts() if stack.cfg.keep_weights else None
-    final = [weights[i] if weights and not m.diverged else None for i, m, _ in stops]
-    write_all(
-        [
-            partial(m.finish, step, reason, m.wall_before + wall_share, how, kept)
-            for (_, m, reason), kept in zip(stops, final)
-        ]
-    )
-    for _, m, _ in stops:
+    members = [stack.live[i] for i in stops]
+    write_all([partial(m.finish, weights[i] if weights and not m.diverged else None) for i, m in zip(stops, members)])
+    for m in members:
         m.tell_tracker()
 
 
