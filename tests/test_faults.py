@@ -379,3 +379,64 @@ def test_a_signal_during_an_evaluation_ends_it_there_and_the_run_resumes_to_the_
     monkeypatch.setattr(Stack, "evaluate", evaluate)
     assert main(["run", *ARGS, "--out", str(out)]) == 0
     assert metrics_text(out) == metrics_text(tmp_path / "reference")
+
+
+class Told:
+    """A tracker that records the results it is told."""
+
+    def __init__(self, told):
+        self.told = told
+
+    def start(self):
+        pass
+
+    def log(self, record, step):
+        pass
+
+    def finish(self, result):
+        self.told.append(result["spec"]["seed"])
+
+    def close(self, exit_code):
+        pass
+
+
+def test_a_result_that_cannot_be_written_leaves_the_others_finished_and_told_and_its_own_run_resumable(
+    tmp_path, monkeypatch
+):
+    from suite.engine import member
+
+    real, told = member.write_json, []
+
+    def full_for_seed_1(path, obj):
+        if path.name == "result.json" and path.parent.name == "1":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, obj)
+
+    monkeypatch.setattr(member, "write_json", full_for_seed_1)
+    runs = [tmp_path / str(seed) for seed in range(2)]
+    cells = as_cells([resolve({}, CELL, seed) for seed in range(2)], runs, [Told(told), Told(told)])
+    with pytest.raises(OSError, match="No space left") as caught:  # its traceback keeps any lock left
+        train(cells, CPU)
+    assert told == [0] and (runs[0] / "result.json").exists()  # seed 0 finished beside it, and is told
+    assert not (runs[1] / "result.json").exists() and not RunDir(runs[1]).is_locked(), caught  # let go
+    monkeypatch.undo()
+    (again,) = train(as_cells([resolve({}, CELL, 1)], runs[1:]), CPU)
+    assert again["steps"] == 60
+
+
+def test_a_fault_while_deciding_stops_leaves_no_member_counted_finished(tmp_path, monkeypatch):
+    # a member concluded at an evaluation whose deciding then fails (a rival's damaged result.json) wrote nothing
+    from suite.engine import train as loop
+
+    real = loop.stop_reason
+
+    def fails_on_the_second(m, cfg, step):
+        if step == 30 and m.spec.seed == 1:
+            raise rundir.UnreadableFile("a rival's result.json is damaged")
+        return "target held" if step == 30 else real(m, cfg, step)
+
+    monkeypatch.setattr(loop, "stop_reason", fails_on_the_second)
+    runs = [tmp_path / str(seed) for seed in range(2)]
+    with pytest.raises(rundir.UnreadableFile) as caught:  # its traceback keeps the members, and any lock left
+        train(as_cells([resolve({}, CELL, seed) for seed in range(2)], runs), CPU)
+    assert not any((run / "result.json").exists() or RunDir(run).is_locked() for run in runs), caught

@@ -489,3 +489,39 @@ def test_a_sampler_that_adapts_to_training_draws_in_the_step(monkeypatch):
     monkeypatch.setattr(draws, "ahead", lambda device: True)
     assert stack_of(_specs({}, {**SMALL, "d": 16, "hidden": 32}, seeds=(0, 1))).draws.ahead
     assert not stack_of(_specs({"sampler": "grad_softmax"}, {**SMALL, "d": 16, "hidden": 32}, seeds=(0, 1))).draws.ahead
+
+
+def test_a_draw_made_ahead_is_undone_even_where_a_sampler_s_state_dict_holds_its_live_tensors(monkeypatch):
+    # torch's convention: state_dict() may return the tensors next() updates in place (a plugin's counter)
+    from types import SimpleNamespace
+
+    from suite import Sampler
+    from suite.engine import draws
+
+    class Counting(Sampler):
+        def __init__(self, generator):
+            self.generator, self.count = generator, torch.zeros(1, dtype=torch.long)
+
+        def next(self):
+            self.count += 1  # in place
+            return torch.randperm(10, generator=self.generator)[:2] + 100 * self.count
+
+        def state_dict(self):
+            return {"count": self.count}
+
+        def load_state_dict(self, state):
+            self.count.copy_(state["count"])
+
+    def member():
+        generator = torch.Generator().manual_seed(0)
+        return SimpleNamespace(sampler=Counting(generator), generator=generator)
+
+    in_step = draws.Draws([member()], CPU)
+    expected = [in_step.next() for _ in range(4)]
+    monkeypatch.setattr(draws, "ahead", lambda device: True)
+    ahead = draws.Draws([member()], CPU)
+    got = [ahead.next(), ahead.next()]
+    ahead.rewind()  # as a checkpoint does
+    got += [ahead.next(), ahead.next()]
+    ahead.close()
+    assert ahead.ahead and all(torch.equal(a, b) for a, b in zip(got, expected))

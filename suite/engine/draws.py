@@ -16,6 +16,7 @@ On the CPU the draws stay in the step: the thread would take a core from the ste
 
 from __future__ import annotations
 
+import copy
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -50,7 +51,8 @@ class Draws:
         return batch.pin_memory() if self.pinned else batch
 
     def _draw_ahead(self, members: list) -> tuple[torch.Tensor, list]:
-        before = [(m.generator.get_state(), m.sampler.state_dict()) for m in members]
+        # a copy: a state_dict may hold the very tensors next() updates in place
+        before = [(m.generator.get_state(), copy.deepcopy(m.sampler.state_dict())) for m in members]
         return self._draw(members), before
 
     def rewind(self) -> None:

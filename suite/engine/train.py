@@ -216,13 +216,18 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag
                 if stack.cfg.keep_weights:
                     m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
             stops = []  # the index in the stack of each member that stops here
-            for i, m in enumerate(stack.live):
-                raced = "raced" if race and race.lost(m, step) else None  # against the members concluded before it
-                # at the budget's end too, here: the final weights kept are the ones just evaluated
-                budget = "budget" if step >= stack.cfg.steps else None
-                if reason := stop_reason(m, stack.cfg, step) or raced or budget:
-                    m.conclude(step, reason, m.wall_before + clock.now(), how)
-                    stops.append(i)
+            try:
+                for i, m in enumerate(stack.live):
+                    raced = "raced" if race and race.lost(m, step) else None  # against those concluded before it
+                    # at the budget's end too, here: the final weights kept are the ones just evaluated
+                    budget = "budget" if step >= stack.cfg.steps else None
+                    if reason := stop_reason(m, stack.cfg, step) or raced or budget:
+                        m.conclude(step, reason, m.wall_before + clock.now(), how)
+                        stops.append(i)
+            except BaseException:  # (a rival's damaged result.json) nothing written: let them go unfinished
+                for i in stops:
+                    stack.live[i].result = None
+                raise
             if stops:
                 finish(stack, stops)
 
@@ -248,9 +253,13 @@ def finish(stack: Stack, stops: list[int]) -> None:
     """The members at these indices, concluded, write their results (side by side), then tell their trackers."""
     weights = stack.model.member_state_dicts() if stack.cfg.keep_weights else None
     members = [stack.live[i] for i in stops]
-    write_all([partial(m.finish, weights[i] if weights and not m.diverged else None) for i, m in zip(stops, members)])
-    for m in members:
-        m.tell_tracker()
+    try:
+        kept = [weights[i] if weights and not m.diverged else None for i, m in zip(stops, members)]
+        write_all([partial(m.finish, final) for m, final in zip(members, kept)])
+    finally:  # where another member's write failed too: a result on the disk is told
+        for m in members:
+            if m.result is not None:
+                m.tell_tracker()
 
 
 def checkpoint(stack: Stack, step: int, wall_share: float) -> None:
