@@ -23,6 +23,7 @@ gradient and shrinks nothing by a fixed rate: coupled is true, decay_per_step No
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import platform
@@ -188,7 +189,7 @@ def _ms_per_step(stack, steps: int, warmup: int, device: torch.device) -> float:
             train_step(stack, next(numbers), stack.model)
 
     stretches = []
-    with precision.matmul_mode(stack.cfg.precision, device):
+    with precision.matmul_mode(stack.cfg.precision, device), contextlib.closing(stack.draws):
         stack.start()
         take(warmup)
         for _ in range(REPEATS):

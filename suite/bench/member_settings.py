@@ -68,6 +68,7 @@ def measure(k: int, steps: int, device: torch.device) -> list[dict]:
             sync(device)
             if step >= 3:
                 whole[path].append(time.perf_counter() - t0)
+    stack.draws.close()  # the batches are all drawn (on a GPU, one was drawn ahead)
     paths["members"].filter()  # its members' views see the last step's gradients
     for _ in range(steps):
         for path, update in paths.items():
