@@ -14,7 +14,7 @@ import threading
 
 import pytest
 import torch
-from conftest import TINY_FIXED, PreemptAt, as_cells, cli, metrics_text, wait_for_step
+from conftest import TINY_FIXED, PreemptAt, QuietTracker, as_cells, cli, metrics_text, wait_for_step
 
 from suite.cli import main
 from suite.engine.train import Preempted, train
@@ -381,23 +381,14 @@ def test_a_signal_during_an_evaluation_ends_it_there_and_the_run_resumes_to_the_
     assert metrics_text(out) == metrics_text(tmp_path / "reference")
 
 
-class Told:
+class Told(QuietTracker):
     """A tracker that records the results it is told."""
 
     def __init__(self, told):
         self.told = told
 
-    def start(self):
-        pass
-
-    def log(self, record, step):
-        pass
-
     def finish(self, result):
         self.told.append(result["spec"]["seed"])
-
-    def close(self, exit_code):
-        pass
 
 
 def test_a_result_that_cannot_be_written_leaves_the_others_finished_and_told_and_its_own_run_resumable(
