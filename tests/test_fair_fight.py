@@ -14,8 +14,9 @@ from suite import SuiteError
 from suite.cli import main
 from suite.launch.grid import load
 from suite.launch.spaces import parse
-from suite.launch.tuning import check_cells
+from suite.launch.tuning import check_cells, spec_for
 from suite.leaderboard import generate
+from suite.specs.spec import resolve
 
 # the workers of a grid or tune run in this process: what they compute is the point, not their processes
 pytestmark = pytest.mark.usefixtures("chunks_in_process")
@@ -63,6 +64,26 @@ def test_common_points_are_the_same_for_every_method_and_a_method_that_fixes_a_s
     assert len({p["lr"] for p in adamw}) == 6  # quasi-random: every point a different lr
     assert adamw == _tuning().points(tuning.methods[0])  # the same on every call and machine
     assert adamw != _tuning(name="other").points(tuning.methods[0])  # seeded by the grid
+
+
+def test_a_shared_setting_no_component_of_a_method_takes_is_left_out_of_its_search():
+    # the headline board shares the decay's coupling; SGD has only coupled L2 and takes no such setting
+    text = FIGHT.replace("[tuning.shared]", "[tuning.shared]\ndecoupled_weight_decay = [false, true]").replace(
+        'opt = "adamw"\n', 'opt = "adam"\n', 1
+    )
+    text += '[tuning.methods.sgd]\nopt = "sgd"\nbaseline = "adamw"\nrecipes = [{ lr = 0.1, weight_decay = 0.001 }]\n'
+    tuning = _tuning(text)
+    adam, sgd = tuning.methods[0], tuning.methods[-1]
+    assert set(tuning.space_of(sgd)) == {"lr", "weight_decay"}
+    assert set(tuning.space_of(adam)) == {"lr", "weight_decay", "decoupled_weight_decay"}
+    for a, s in zip(tuning.points(adam), tuning.points(sgd)[1:]):  # the common points, past sgd's recipe
+        assert a == s | {"decoupled_weight_decay": a["decoupled_weight_decay"]}
+    base = resolve({"model": "mlp"}, {}, 0)
+    for point in tuning.points(sgd):
+        assert spec_for(base, sgd, point, 0, "fight.toml")["opt"]["name"] == "sgd"
+    # a component the method names that does not exist is said in one line, where the method is
+    with pytest.raises(SuiteError, match="method 'sgd'.*nosuch"):
+        _tuning(text.replace('opt = "sgd"', 'opt = "nosuch"'))
 
 
 def test_a_method_cannot_search_a_shared_setting_in_a_range_of_its_own():

@@ -13,6 +13,8 @@ import numpy as np
 
 from suite.errors import SuiteError
 from suite.launch.grid import KINDS
+from suite.specs.registry import ALL
+from suite.specs.spec import DEFAULTS, train_params
 
 MIN_FINAL_SEEDS = 5  # the fewest seeds a verdict rests on (leaderboards/README.md, How verdicts are judged)
 TUNING_KEYS = ("trials", "rounds", "tuning_seeds", "final_seeds", "methods", "shared", "race", "version")
@@ -41,6 +43,7 @@ class Method:
     space: dict  # setting -> list, ("log", lo, hi), ("range", lo, hi) or ("per_step", lo, hi)
     baseline: str | None = None  # the method its verdict is against (leaderboard's tuning.md)
     recipes: list[dict] = field(default_factory=list)  # its published settings: the first trials it runs
+    lacks: frozenset = frozenset()  # shared settings none of its components takes (SGD's decay coupling)
 
     def points(self, n: int) -> list[dict]:
         """n points of the space, the same on every machine and call (seeded by the method's name). A
@@ -110,7 +113,7 @@ class Tuning:
         common = _sobol(self.shared, n, self.grid)
         own = [{k: method.recipes[0][k] for k in method.space}] * n if method.recipes else None
         own = own or _sobol(method.space, n, f"{self.grid}/{method.name}")
-        return recipes + [{k: v for k, v in c.items() if k not in method.fixed} | o for c, o in zip(common, own)]
+        return recipes + [{k: v for k, v in c.items() if k in self.space_of(method)} | o for c, o in zip(common, own)]
 
     def to_record(self) -> dict:
         """The protocol as tuning.json records it (suite/results/tuning_record.py)."""
@@ -140,7 +143,7 @@ class Tuning:
 
     def space_of(self, method: Method) -> dict:
         """Every setting the method searches, and its space."""
-        return {k: v for k, v in self.shared.items() if k not in method.fixed} | method.space
+        return {k: v for k, v in self.shared.items() if k not in method.fixed and k not in method.lacks} | method.space
 
     def edges(self, method: Method, point: dict) -> list[str]:
         """The settings of a point within EDGE of a bound of their continuous space, on its scale."""
@@ -210,7 +213,7 @@ def parse(raw: dict, where: str, grid: str = "") -> Tuning:
                 "a method shares the baseline's range of a shared setting (or fixes it, if its definition does)"
             )
         _check_per_step(space, f"{where} {name}.space")
-        method = Method(name, body, space, baseline)
+        method = Method(name, body, space, baseline, lacks=_lacks(body, shared, f"{where}: method '{name}'"))
         method.recipes = _recipes(recipes, out.space_of(method), f"{where} method '{name}'")
         if len(method.recipes) > rounds[0].trials:
             raise SuiteError(
@@ -219,6 +222,21 @@ def parse(raw: dict, where: str, grid: str = "") -> Tuning:
             )
         out.methods.append(method)
     return out
+
+
+def _lacks(fixed: dict, shared: dict, where: str) -> frozenset:
+    """The shared settings that no component of a method with these fixed components and settings
+    takes: it searches them no more than its runs could use them. The task, model and sampler a
+    method leaves to the cell could be any: a setting one of their kind takes is kept."""
+    takes = set(train_params())
+    for kind, registry in ALL.items():
+        named = fixed.get(kind, DEFAULTS[kind] if kind in ("opt", "filter") else None)
+        try:
+            entries = [registry.get(named)] if named is not None else [registry.get(n) for n in registry.names()]
+        except SuiteError as err:
+            raise SuiteError(f"{where}: {err}") from None
+        takes.update(k for entry in entries for k in entry.params)
+    return frozenset(k for k in shared if k not in fixed and k not in takes)
 
 
 def _rounds(raw: dict, where: str) -> list[Round]:

@@ -33,7 +33,8 @@ point k of every method takes the same shared values, the k-th of a scrambled So
 seeded by the grid's name (not the method's), so methods are paired in hyperparameter space too;
 a method's own settings (its `space`) come from a sequence seeded by the grid and method. A
 method that fixes a shared setting (orthograd's AdamW at weight_decay = 0) keeps it fixed, and
-tuning.md says so. Under shared spaces the final runs must be watched past their grok step:
+tuning.md says so; one none of whose components takes it (SGD, coupled by definition, and the
+decay's coupling) does not search it. Under shared spaces the final runs must be watched past their grok step:
 `train.patience` >= 2 x `train.hold` (or none), so that a collapse after the hold is seen.
 Each chosen point is flagged where it lies at an edge of its space (within 10% of a bound, on
 the space's own scale). `python -m suite tune GRID --root ROOT` runs both phases, and
