@@ -334,6 +334,7 @@ def test_the_decay_plot_sets_trials_without_a_time_apart_by_why(monkeypatch):
         {"settings": {"lr": 1e-3, "weight_decay": 1.0, "decoupled_weight_decay": True}, "median_time": 4000.0},
         {"settings": {"lr": 1e-4, "weight_decay": 1e-2, "decoupled_weight_decay": True}, "median_time": math.inf},
         {"settings": {"lr": 3e-2, "weight_decay": 1e-2}, "median_time": math.inf, "raced": [True, True]},
+        {"settings": {"lr": 1e-1, "weight_decay": 1e-3}, "median_time": 2000.0},  # SGD: no coupling setting
     ]
     record = {
         "methods": {"adam": {"fixed": {}}},
@@ -349,6 +350,8 @@ def test_the_decay_plot_sets_trials_without_a_time_apart_by_why(monkeypatch):
     }
     band = marks["x", False]
     assert marks["o", True] == 900 and marks["o", False] == 4000  # coupled hollow, decoupled filled
+    assert marks["s", False] == 2000  # neither: the decay its optimizer defines
+    assert "the decay its optimizer defines" in [t.get_text() for t in figures[0].legends[0].get_texts()]
     assert marks["^", False] == band > 4000 and ax.get_yticklabels()[-1].get_text() == "no time"
 
 

@@ -399,8 +399,9 @@ def speedup_forest(judgement: Judgement) -> bytes | None:
 def tuning_scatter(record: dict) -> bytes | None:
     """Per method, every trial's median held time on the tuning seeds against its decay per step
     (lr x weight_decay; its lr where the method fixes weight_decay at 0), one colour per problem;
-    coupled decay hollow. A trial without a median time sits in a band above the others: a cross
-    where it did not hold the target, a triangle where the race stopped it (it would not have won)."""
+    coupled decay hollow, a square where the optimizer takes no coupling setting. A trial without
+    a median time sits in a band above the others: a cross where it did not hold the target, a
+    triangle where the race stopped it (it would not have won)."""
     from matplotlib.ticker import MaxNLocator
 
     from suite.leaderboard.plots import figure, style, to_png
@@ -415,6 +416,7 @@ def tuning_scatter(record: dict) -> bytes | None:
     band = 1.15 * top  # where a trial without a median time sits
     fig = figure(figsize=(4 * min(len(methods), 3), 3.2 * math.ceil(len(methods) / 3)))
     axes = fig.subplots(math.ceil(len(methods) / 3), min(len(methods), 3), squeeze=False).ravel()
+    fixed_kind = False  # a trial whose optimizer takes no coupling setting was drawn
     for ax, method in zip(axes, methods):
         fixed = record["methods"][method]["fixed"]
         for c in (c for c in record["chosen"] if c["method"] == method):
@@ -423,11 +425,11 @@ def tuning_scatter(record: dict) -> bytes | None:
                 settings = fixed | t["settings"]
                 wd = settings.get("weight_decay", 0.0)
                 x = settings["lr"] * wd if wd else settings["lr"]
-                coupled = settings.get("decoupled_weight_decay") is False
+                decoupled = settings.get("decoupled_weight_decay")  # None: its optimizer has one kind (SGD's L2)
+                fixed_kind |= decoupled is None
                 if math.isfinite(t["median_time"]):
-                    ax.plot(
-                        x, t["median_time"], "o", markerfacecolor="none" if coupled else colour, markeredgecolor=colour
-                    )
+                    marker, face = ("s", colour) if decoupled is None else ("o", colour if decoupled else "none")
+                    ax.plot(x, t["median_time"], marker, markerfacecolor=face, markeredgecolor=colour)
                 else:
                     ax.plot(x, band, "^" if any(t.get("raced", [])) else "x", color=colour, alpha=0.6)
         ax.axhline(0.5 * (top + band), color="grey", linewidth=0.5, linestyle=":")
@@ -448,6 +450,7 @@ def tuning_scatter(record: dict) -> bytes | None:
         for marker, face, label in (
             ("o", "grey", "decoupled decay"),
             ("o", "none", "coupled (L2) decay"),
+            *([("s", "grey", "the decay its optimizer defines")] if fixed_kind else []),
             ("x", "grey", "did not hold the target"),
             ("^", "grey", "stopped by the race"),
         )
