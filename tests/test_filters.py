@@ -59,7 +59,34 @@ def test_orthograd_is_orthogonal_to_the_weight_with_the_original_norm():
     assert torch.allclose(out.flatten(), perp * gf.norm() / perp.norm(), atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["grokfast_ema", "grokfast_ma", "orthograd"])
+def test_egd_moves_every_singular_direction_of_a_matrix_gradient_at_the_same_speed():
+    g = torch.Generator().manual_seed(2)
+    matrix, kernel, bias = (torch.nn.Parameter(torch.zeros(shape)) for shape in ((6, 9), (4, 2, 3), (6,)))
+    f = _filter("egd", [matrix, kernel, bias])
+    grads = [torch.randn(6, 9, generator=g), torch.randn(4, 2, 3, generator=g), torch.randn(6, generator=g)]
+    for p, grad in zip((matrix, kernel, bias), grads):
+        p.grad = grad.clone()
+    f.apply()
+    for p, grad in zip((matrix, kernel), grads):
+        u, _, vh = torch.linalg.svd(grad.reshape(len(grad), -1), full_matrices=False)
+        assert torch.allclose(p.grad, (u @ vh).view_as(grad), atol=1e-5)  # (G G^T)^(-1/2) G = U V^T
+        assert torch.allclose(torch.linalg.svdvals(p.grad.reshape(len(grad), -1)), torch.ones(len(grad)), atol=1e-5)
+    assert torch.equal(bias.grad, grads[2])  # a vector keeps its gradient
+    # a rank-one gradient moves along its one direction only: its other singular values are rounding
+    low = torch.outer(torch.randn(6, generator=g), torch.randn(9, generator=g))
+    assert torch.allclose(_step(f, matrix, low), low / torch.linalg.matrix_norm(low, ord=2), atol=1e-6)
+    # a direction under the floor (but above rounding) moves by s / 1e-6, as in the paper's code
+    u, _, vh = torch.linalg.svd(torch.randn(6, 9, generator=g, dtype=torch.float64), full_matrices=False)
+    wide = torch.nn.Parameter(torch.zeros(6, 9, dtype=torch.float64))
+    s = torch.tensor([2.0, 1.0, 1e-3, 5e-7, 0.0, 0.0], dtype=torch.float64)
+    expected = (u * torch.tensor([1.0, 1.0, 1.0, 0.5, 0.0, 0.0], dtype=torch.float64)) @ vh
+    assert torch.allclose(_step(_filter("egd", [wide]), wide, (u * s) @ vh), expected, atol=1e-9)
+    # a diverged gradient is left to the loop's evaluation (SVD would raise)
+    bad = torch.full((6, 9), float("nan"))
+    assert _step(f, matrix, bad).isnan().all()
+
+
+@pytest.mark.parametrize("name", ["grokfast_ema", "grokfast_ma", "orthograd", "egd"])
 def test_parameters_without_gradient_are_left_alone(name):
     used, unused = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
     f = _filter(name, [used, unused])
@@ -99,6 +126,7 @@ def _metrics(run_dir):
         ({"filter": "grokfast_ema"}, {}),
         ({"filter": "grokfast_ma"}, {"filter.window": 7}),
         ({"filter": "orthograd"}, {}),
+        ({"filter": "egd", "opt": "sgd"}, {}),
         ({"filter": "grokfast_ema", "opt": "adamlr", "sampler": "epoch"}, {"sampler.batch_size": 10}),
         ({"sampler": "grad_softmax"}, {"sampler.batch_size": 10}),  # its running gradient norms
     ],

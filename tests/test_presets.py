@@ -12,10 +12,10 @@ from suite.specs.registry import ALL
 from suite.specs.spec import resolve
 
 
-def _spec(choices=None, settings=None):
+def _spec(choices=None, settings=None, preset="grokfast"):
     return resolve(
         *apply(
-            "grokfast",
+            preset,
             {"task": None, "model": None, "opt": None, "sampler": None, "filter": None, **(choices or {})},
             settings or {},
         )
@@ -56,6 +56,15 @@ def test_swapping_a_component_keeps_the_settings_it_takes():
     spec = _spec({"opt": "adamlr", "model": "mlp"})
     assert spec["opt"]["lr"] == 1e-3 and tuple(spec["opt"]["betas"]) == (0.9, 0.98)
     assert spec["model"]["d"] == 128 and "layers" not in spec["model"]
+
+
+def test_the_egd_preset_is_their_sgd_setting_and_without_the_filter_its_baseline():
+    egd, sgd = _spec(preset="egd"), _spec({"filter": "none"}, preset="egd")
+    assert (egd["opt"]["name"], egd["filter"]["name"], sgd["filter"]["name"]) == ("sgd", "egd", "none")
+    assert (egd["opt"]["lr"], egd["opt"]["momentum"], egd["opt"]["weight_decay"]) == (0.7, 0.0, 1e-4)
+    assert (egd["task"]["p"], egd["task"]["train_frac"], egd["task"]["test_frac"]) == (127, 0.5, 0.5)
+    assert (egd["model"]["inputs"], egd["model"]["hidden"], egd["sampler"]["batch_size"]) == ("onehot", 512, 512)
+    assert {k: v for k, v in egd.items() if k != "filter"} == {k: v for k, v in sgd.items() if k != "filter"}
 
 
 def test_unknown_preset_is_a_one_line_error():

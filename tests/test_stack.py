@@ -109,6 +109,7 @@ def test_a_preempted_stack_resumes_to_the_same_numbers_and_its_members_can_resum
     [
         ({"opt": "adamlr_adaptive"}, {"every": 5}),  # sigma_max of each member's whole E and W
         ({"filter": "orthograd"}, {}),  # norms over each member's whole tensors
+        ({"filter": "egd"}, {}),  # an SVD of each member's whole gradient matrices
         ({"opt": "muon"}, {}),  # Newton-Schulz on each member's whole hidden matrix
     ],
 )

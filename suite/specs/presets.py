@@ -25,6 +25,10 @@ two embedding rows); the split and the batches come from the suite's seeded gene
 0 is not their split; train accuracy is measured on the whole training set after the update,
 not as a running mean over the epoch. `python -m suite list preset` lists the presets. What the
 preset measured here: leaderboards/grokfast/ and leaderboards/README.md.
+
+`egd` is egalitarian gradient descent's modular-addition setting from its public code, on the suite's
+one-hot MLP (the preset says where the model, suite/components/egalitarian.py where the filter
+differs from theirs); `--filter none` is its SGD baseline. Nothing here has measured it yet.
 """
 
 from __future__ import annotations
@@ -112,7 +116,35 @@ ORTHOADAMW = Preset(
     },
 )
 
-PRESETS = {p.name: p for p in (GROKFAST, ORTHOADAMW)}
+EGD = Preset(
+    name="egd",
+    summary="Pasand & Dohmatob's egalitarian gradient descent in their modular-addition setting (arXiv 2510.04930)",
+    choices={"task": "modular", "model": "mlp", "opt": "sgd", "sampler": "epoch", "filter": "egd"},
+    settings={
+        # Their main-results/mod_add.py (asahebpa/Egalitarian-Gradient-Descent): a+b mod 127, half of the
+        # pairs trained on, the other half the test set; the two operands one-hot into one hidden layer of
+        # 512 ReLUs. The suite's one-hot MLP differs: it also reads the constant op and '=' tokens, its head
+        # has a bias, and its weights start at torch's default init (theirs: He-normal, a bias-free head).
+        "task.p": 127,
+        "task.train_frac": 0.5,
+        "task.test_frac": 0.5,
+        "model.inputs": "onehot",
+        "model.hidden": 512,
+        # Plain SGD at lr 0.7 with L2 1e-4 (theirs in the loss on the weights only; SGD's on every parameter).
+        "opt.lr": 0.7,
+        "opt.momentum": 0.0,
+        "opt.weight_decay": 1e-4,
+        # Batches of 512 reshuffled every epoch (they drop the short last batch; the epoch sampler keeps it),
+        # evaluated every epoch; their figure is the first epoch past 95% test accuracy (first_touch_step).
+        "sampler.batch_size": 512,
+        "train.eval_every": 16,
+        "train.target": 0.95,
+        "train.steps": 50_000,
+        "train.chance_patience": None,  # their runs go on to the budget whatever the accuracy
+    },
+)
+
+PRESETS = {p.name: p for p in (GROKFAST, ORTHOADAMW, EGD)}
 
 
 def get(name: str) -> Preset:
