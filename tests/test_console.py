@@ -24,13 +24,15 @@ def test_status_says_so_when_no_cell_has_run_under_the_root(tmp_path, capsys):
     assert out.splitlines()[-1] == "2 cells: 0 done, 2 missing" and "if the grid ran elsewhere, pass that --root" in err
 
 
-def test_status_of_a_tuned_grid_points_to_tune(tmp_path, capsys):
+def test_status_of_a_tuned_grid_says_where_its_search_stands_and_lists_its_tuning_runs(tmp_path, capsys):
     tuned = (
         '[tuning]\ntrials = 1\ntuning_seeds = [9]\nfinal_seeds = [0, 1, 2, 3, 4]\n[tuning.methods.adam]\nopt = "adam"\n'
     )
     (tmp_path / "g.toml").write_text(TINY_FIXED + tuned)
-    assert main(["status", str(tmp_path / "g.toml")]) == 2
-    assert "suite tune" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(": 0 of 1 trials finished, in round 1 of 1; final runs not drawn yet")
+    assert out[1].startswith(f"missing     {tmp_path / 'runs' / 'tuning'}") and out[-1] == "1 cells: 0 done, 1 missing"
 
 
 def test_a_run_says_what_it_trains_before_its_first_evaluation_and_names_its_method(tmp_path, capsys):

@@ -44,6 +44,9 @@ LEARNED = TUNED.replace(TINY_FIXED, PARITY_FIXED + "patience = 20\n")
 def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, capsys, monkeypatch):
     (tmp_path / "g.toml").write_text(LEARNED)
     root = tmp_path / "runs"
+    dry = ["tune", str(tmp_path / "g.toml"), "--root", str(root), "--dry-run"]
+    assert main(dry) == 0  # where the tune stands, a line a cell
+    assert ": 0 of 4 trials finished, in round 1 of 1; final runs not drawn yet" in capsys.readouterr().err
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
     tuning = [json.loads(p.read_text())["spec"] for p in (root / "tuning").rglob("result.json")]
     final = [json.loads(p.read_text())["spec"] for p in (root / "final").rglob("result.json")]
@@ -58,6 +61,13 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
         assert best["point"] == chosen["chosen"] and len(chosen["tried"]) == 2
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0  # again: nothing left to run
     assert "0 to run" in capsys.readouterr().err
+    shutil.rmtree(next((root / "final").rglob("result.json")).parent)
+    assert main(dry) == 0
+    assert ": 4 of 4 trials finished; 9 of 10 final runs finished" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "g.toml"), "--root", str(root)]) == 0  # the same, and each tuning run
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(": 4 of 4 trials finished; 9 of 10 final runs finished") and out[-1] == "8 cells: 8 done"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
     written = generate(root / "final", tmp_path / "board")
     assert "tuning.md" in written and "[tuning](tuning.md)" in (tmp_path / "board" / "index.md").read_text()
     verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]

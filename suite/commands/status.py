@@ -1,4 +1,5 @@
-"""`python -m suite status FILE`: done / running / failed / interrupted / missing, per cell of a grid file."""
+"""`python -m suite status FILE`: done / running / failed / interrupted / missing, per cell of a grid file;
+of a tuned grid, where each cell's search stands, then its tuning runs drawn so far."""
 
 from __future__ import annotations
 
@@ -21,14 +22,18 @@ def run(args) -> int:
     from suite.launch import grid
 
     g = grid.load(args.grid_file, args.root).only(args.experiment)
-    if g.tuning is not None:
-        raise SuiteError(
-            f"{g.path} is tuned ([tuning]): its runs are the tuning and final runs, which "
-            f"`python -m suite tune {args.grid_file} --root ROOT --dry-run` counts"
-        )
     if Path(args.root).exists() and not Path(args.root).is_dir():
         raise SuiteError(f"{args.root} is not a folder of runs")
-    for line in status_lines(g.cells, args.root, show_done=args.all):
+    cells = g.cells
+    if g.tuning is not None:  # its runs are the searches' trials (as far as drawn) and the chosen points'
+        from suite.launch.spaces import parse
+        from suite.launch.tuning import progress, tuning_cells
+
+        tuning = parse(g.tuning, str(g.path), g.name)
+        for line in progress(g, tuning, Path(args.root)):
+            print(line)
+        cells = tuning_cells(g, tuning, Path(args.root) / "tuning")
+    for line in status_lines(cells, args.root, show_done=args.all):
         print(line)
     return 0
 

@@ -71,11 +71,14 @@ def run(args) -> int:
 
 
 def _estimate(args, g, tuning) -> None:
-    """A dry run's cost of the whole tune: every trial on every tuning seed and the final seeds, per
-    cell and method, each to its budget (suite/commands/grid.py's cost_line), and what the race does."""
+    """A dry run's account of the tune: where each cell stands, then the cost of the whole tune (every
+    trial on every tuning seed and the final seeds, per cell and method, each to its budget:
+    suite/commands/grid.py's cost_line), and what the race does."""
     from suite.commands.grid import cost_line
-    from suite.launch.tuning import spec_for
+    from suite.launch.tuning import progress, spec_for
 
+    for line in progress(g, tuning, Path(args.root)):
+        print(line, file=sys.stderr)
     runs_each = tuning.trials * len(tuning.tuning_seeds) + len(tuning.final_seeds)
     runs = [
         (spec_for(cell.spec, m, tuning.points(m)[0], tuning.tuning_seeds[0], str(g.path)), runs_each)

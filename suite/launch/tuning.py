@@ -204,6 +204,28 @@ def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
     return chosen
 
 
+def progress(grid: Grid, tuning: Tuning, root: Path) -> list[str]:
+    """Where a tune stands, a line a cell: the round its slowest method's search is in, its methods'
+    finished trials, and its final runs once every search in it has finished (runs under root)."""
+    lines = []
+    for cell in grid.cells:
+        rounds, finished = [], 0
+        for method in tuning.methods:
+            trials, tried = search(grid, tuning, root / "tuning", cell, method)
+            done = {s["point"] for s in tried}
+            rounds.append(next((t.round for t in trials if t.point not in done), len(tuning.rounds)))
+            finished += len(tried)
+        line = f"{cell_name(cell)}: {finished} of {tuning.trials * len(tuning.methods)} trials finished"
+        if min(rounds) < len(tuning.rounds):
+            lines.append(f"{line}, in round {min(rounds) + 1} of {len(tuning.rounds)}; final runs not drawn yet")
+            continue
+        one = Grid(grid.name, grid.path, [cell], grid.slurm)
+        finals = final_cells(one, tuning, choose(one, tuning, root / "tuning"), root / "final")
+        done = sum(RunDir(c.run_dir).finished for c in finals)
+        lines.append(f"{line}; {done} of {len(finals)} final runs finished")
+    return lines
+
+
 def score(trial: Trial, race: bool) -> dict | None:
     """A finished trial's scores over its tuning seeds (None while a run is unfinished): each seed's
     held time to target, their median, the median best val; where it was raced, how far each run got
