@@ -113,7 +113,8 @@ class Tuning:
         common = _sobol(self.shared, n, self.grid)
         own = [{k: method.recipes[0][k] for k in method.space}] * n if method.recipes else None
         own = own or _sobol(method.space, n, f"{self.grid}/{method.name}")
-        return recipes + [{k: v for k, v in c.items() if k in self.space_of(method)} | o for c, o in zip(common, own)]
+        searched = self.space_of(method)
+        return recipes + [{k: v for k, v in c.items() if k in searched} | o for c, o in zip(common, own)]
 
     def to_record(self) -> dict:
         """The protocol as tuning.json records it (suite/results/tuning_record.py)."""
