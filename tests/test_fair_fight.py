@@ -201,7 +201,15 @@ def test_rounds_search_around_the_best_so_far_and_an_interrupted_search_draws_th
 
     (tmp_path / "g.toml").write_text(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4]"))
     whole = tmp_path / "whole"
+    real, calls = submit.run_grid, []
+
+    def counted(args, grid, root, more=None):
+        calls.append(grid.name)
+        return real(args, grid, root, more)
+
+    monkeypatch.setattr(submit, "run_grid", counted)
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(whole), "--workers", "2"]) == 0
+    assert calls == ["rounds-tuning", "rounds-final"]  # each later round joined the running submission once drawn
     searches = _searches(whole)
     shared = {"lr": ("log", 1e-4, 0.3), "weight_decay": ("per_step", 1e-6, 0.1)}
     for method, (trials, _, _) in searches.items():
@@ -226,9 +234,8 @@ def test_rounds_search_around_the_best_so_far_and_an_interrupted_search_draws_th
             assert trials[5][1]["c"] != trials[6][1]["c"]
     # interrupted after the first round: the next call draws the same later rounds, picks the same winners
     calls = []
-    real = submit.run_grid
 
-    def first_round_only(args, grid, root):
+    def first_round_only(args, grid, root, more=None):  # nothing drawn meanwhile joins it
         calls.append(grid.name)
         return real(args, grid, root) if len(calls) == 1 else 0
 

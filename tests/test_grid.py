@@ -274,6 +274,54 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert capsys.readouterr().out.strip() == "2 cells: 2 done"
 
 
+def test_cells_drawn_while_a_local_grid_runs_join_it_and_a_freed_worker_takes_them_at_once(tmp_path, capsys):
+    # a tune's next round of one search is drawn as soon as that search's runs have finished: the
+    # worker a short run frees takes it while a long run goes on (before, it waited for the long one)
+    from suite.launch.local import run_local
+    from suite.launch.manifest import RunOptions
+
+    root = tmp_path / "runs"
+    short = load(write(tmp_path, TINY_FIXED + "[axes]\nseed = [0, 1]\n", "short.toml"))
+    first, later = (c.under(root) for c in short.cells)
+    # thousands of steps against forty: its process outlives the short one's by seconds
+    slow = TINY_FIXED.replace('"train.steps" = 40', '"train.steps" = 1500').replace("= 10\n", "= 500\n")
+    slow = write(tmp_path, slow, "slow.toml")
+    (slow,) = (c.under(root) for c in load(slow).cells)
+    asked = []  # each time a process ended: were the first and the slow run finished then
+
+    def more():
+        asked.append((RunDir(first.run_dir).finished, RunDir(slow.run_dir).finished))
+        return [later] if len(asked) == 1 else []
+
+    assert run_local(short, [first, slow], root, RunOptions(device="cpu"), 2, more) == 0
+    assert asked[0] == (True, False) and len(asked) == 3  # drawn while the slow run went on; asked as each ended
+    assert all(RunDir(c.run_dir).finished for c in (first, later, slow))
+    err = capsys.readouterr().err
+    assert "more: 1 cells in 1 processes" in err and "[3/3] done" in err
+    assert len(list((root / "grids" / short.name).iterdir())) == 2  # a submission folder each
+
+
+def test_a_draw_that_fails_while_a_local_grid_runs_draws_nothing_more_and_is_raised_once_its_processes_end(tmp_path):
+    from conftest import chunks_here
+
+    from suite import SuiteError
+    from suite.launch.local import run_local
+    from suite.launch.manifest import RunOptions
+
+    root = tmp_path / "runs"
+    g = load(write(tmp_path, TINY_FIXED + '[axes]\nopt = ["adam", "sgd"]\n'))  # two groups: two processes
+    cells = [c.under(root) for c in g.cells]
+    asked = []
+
+    def more():
+        asked.append(len(asked))
+        raise SuiteError("g.toml: a drawn cell cannot be built")
+
+    with chunks_here(), pytest.raises(SuiteError, match="cannot be built"):
+        run_local(g, cells, root, RunOptions(device="cpu"), 1, more)
+    assert asked == [0] and all(RunDir(c.run_dir).finished for c in cells)  # the queued process still ran
+
+
 def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
     grid = write(tmp_path, TINY_FIXED + "[axes]\nseed = [0, 1, 2]\n")
     root = tmp_path / "runs"

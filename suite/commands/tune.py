@@ -159,19 +159,31 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
     from suite.launch.submit import run_grid
     from suite.launch.tuning import choose, final_cells, reached, tuning_cells
 
-    known = None
+    known: set = set()
+
+    def more() -> list:
+        """A search's next round, drawn as soon as its own runs have finished: run here, it joins the
+        running submission, and no worker waits for the other searches' slowest trial."""
+        from suite.launch.manifest import TO_RUN, changed_code, statuses
+
+        cells = [c for c in tuning_cells(g, tuning, root / "tuning") if c.id not in known]
+        grid.check_builds(cells)
+        stale = {c.id for c, _ in changed_code(cells)}  # left to the next submission, which says why
+        known.update(c.id for c in cells if c.id not in stale)
+        return [c for c, s in zip(cells, statuses(cells)) if s in TO_RUN and c.id not in stale]
+
     while True:  # a round's points are known once the rounds before it are done: run until none is new
         cells = tuning_cells(g, tuning, root / "tuning")
-        if {c.id for c in cells} == known:
+        if {c.id for c in cells} <= known:
             break
         first = grid.Grid(f"{g.name}-tuning", g.path, cells, g.slurm)
         grid.check_builds(first.cells)
-        code = run_grid(args, first, root / "tuning")
+        known.update(c.id for c in cells)
+        code = run_grid(args, first, root / "tuning", more)
         if code:
             return code, None
         if args.dry_run:  # later rounds are drawn from runs a dry run does not make
             break
-        known = {c.id for c in cells}
     chosen = choose(g, tuning, root / "tuning")
     if chosen is None:
         print(

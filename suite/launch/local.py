@@ -11,9 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from suite.errors import SuiteError
 from suite.launch.grid import Grid
 from suite.launch.manifest import FULL, WORKER_ENV, RunOptions, new_submission_dir, read_manifest, write_manifest
 from suite.results.result import headline
@@ -36,30 +38,36 @@ def check_local(root: str | Path, device: str, cells: list[Cell] = ()) -> None:
                 precision.check(cell.spec["train"]["precision"], resolved)
 
 
-def run_local(grid: Grid, cells: list[Cell], root: str | Path, options: RunOptions, workers: int) -> int:
+Drawer = Callable[[], list[Cell]]  # cells known since a submission started, to run in it
+
+
+def run_local(
+    grid: Grid, cells: list[Cell], root: str | Path, options: RunOptions, workers: int, more: Drawer | None = None
+) -> int:
     """Run the chunks (whole groups of at most `options.stack` cells, and of an even share of them: every
-    worker gets some) in separate processes, `workers` at a time. SIGINT/SIGTERM:
-    every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1 if a cell
-    failed, 3 if stopped."""
+    worker gets some) in separate processes, `workers` at a time. `more`, asked each time a process
+    ends, gives cells that became known meanwhile (a tune's next round of a search whose runs have
+    all finished): they join the queue at once rather than wait for every other process to end.
+    SIGINT/SIGTERM: every running cell checkpoints and stops (a re-run resumes it). Exit code 0, 1
+    if a cell failed, 3 if stopped."""
     check_local(root, options.device, cells)
-    # groups no bigger than an even share of the cells: 5 final seeds of one cell made one group, one
-    # process, and the other workers sat idle through a tune's longest phase
-    options = replace(options, stack=min(options.stack, math.ceil(len(cells) / workers)))
-    workdir = new_submission_dir(root, grid.name)
-    manifest = write_manifest(workdir, grid, cells, root, options, cells_per_task=1)
-    pool = _Workers(manifest, cells, workers)
+    pool = _Workers(workers)
+    pool.add(_submission(grid, cells, root, options, workers), cells, "")
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(
-        f"{len(cells)} cells in {len(pool.chunks)} processes (a group of cells trains as one stack), "
-        f"{workers} at a time; logs in {workdir / 'logs'}",
-        file=sys.stderr,
-    )
+    refused = None  # what `more` raised: nothing more is drawn, the running processes end, then it is raised
     try:
         shown, last = {}, time.monotonic()
         while (pool.pending or pool.running) and not ((pool.stopped or pool.full) and not pool.running):
             pool.start()
             time.sleep(0.1)
-            pool.reap()
+            if pool.reap() and more is not None and refused is None and not (pool.stopped or pool.full):
+                try:
+                    drawn = more()
+                except SuiteError as err:
+                    refused = err
+                    continue
+                if drawn:
+                    pool.add(_submission(grid, drawn, root, options, workers), drawn, "more: ")
             if time.monotonic() - last >= PROGRESS_EVERY_S:
                 last = time.monotonic()
                 logs = [Path(log.name) for _, log in pool.running.values()]
@@ -68,12 +76,22 @@ def run_local(grid: Grid, cells: list[Cell], root: str | Path, options: RunOptio
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    left = sum(len(pool.chunks[k]) for k in pool.pending)
+    left = sum(len(pool.jobs[j][2]) for j in pool.pending)
     counts = ", ".join(f"{v} {k}" for k, v in pool.counts.items() if v or k == "done")
     print(counts + (f", {left} not started" if left else ""), file=sys.stderr)
     if pool.full:  # said once, last: the cells it stopped were not theirs to fail
         print(f"{pool.full}; run the same command again once there is room", file=sys.stderr)
+    if refused is not None and not pool.stopped:
+        raise refused
     return 3 if pool.stopped else (1 if pool.counts["failed"] or pool.full else 0)
+
+
+def _submission(grid: Grid, cells: list[Cell], root: str | Path, options: RunOptions, workers: int) -> Path:
+    """A submission folder with the manifest of these cells, in groups no bigger than an even share
+    of them: 5 final seeds of one cell made one group, one process, and the other workers sat idle
+    through a tune's longest phase."""
+    options = replace(options, stack=min(options.stack, math.ceil(len(cells) / workers)))
+    return write_manifest(new_submission_dir(root, grid.name), grid, cells, root, options, cells_per_task=1)
 
 
 PROGRESS_EVERY_S = 30  # how often a local grid echoes its running processes' latest log lines
@@ -98,13 +116,27 @@ def progress_lines(logs: list[Path], shown: dict) -> list[str]:
 class _Workers:
     """The chunk processes of a local grid submission, at most `workers` at once, and what became of their cells."""
 
-    def __init__(self, manifest: Path, cells: list[Cell], workers: int):
-        self.manifest, self.cells, self.workers = manifest, cells, workers
-        self.chunks = [[i for group in chunk for i in group] for chunk in read_manifest(manifest)["chunks"]]
-        self.pending, self.running = list(range(len(self.chunks))), {}
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.jobs: list[tuple[Path, int, list[Cell]]] = []  # (manifest, chunk, its cells), in the order added
+        self.pending, self.running = [], {}
         self.counts = {"done": 0, "failed": 0, "stopped": 0, "skipped": 0, "not run (disk full)": 0}
+        self.total = 0  # cells added
         self.stopped = []
         self.full = None  # the line of the first chunk that met a full disk: no chunk starts after it
+
+    def add(self, manifest: Path, cells: list[Cell], prefix: str) -> None:
+        """Queue the chunks of a manifest (its cells in its order) behind those queued before."""
+        chunks = read_manifest(manifest)["chunks"]
+        for k, chunk in enumerate(chunks):
+            self.pending.append(len(self.jobs))
+            self.jobs.append((manifest, k, [cells[i] for group in chunk for i in group]))
+        self.total += len(cells)
+        print(
+            f"{prefix}{len(cells)} cells in {len(chunks)} processes (a group of cells trains as one stack), "
+            f"{self.workers} at a time; logs in {manifest.parent / 'logs'}",
+            file=sys.stderr,
+        )
 
     def stop(self, signum, frame) -> None:
         """SIGINT/SIGTERM: every running chunk checkpoints and stops; none starts."""
@@ -114,35 +146,33 @@ class _Workers:
 
     def start(self) -> None:
         while self.pending and len(self.running) < self.workers and not self.stopped and not self.full:
-            k = self.pending.pop(0)
-            log = open(self.manifest.parent / "logs" / f"{k:04d}-{self.cells[self.chunks[k][0]].id}.log", "w")
+            j = self.pending.pop(0)
+            manifest, k, cells = self.jobs[j]
+            log = open(manifest.parent / "logs" / f"{k:04d}-{cells[0].id}.log", "w")
             proc = subprocess.Popen(
-                [sys.executable, "-m", "suite", "chunk", str(self.manifest), str(k)],
+                [sys.executable, "-m", "suite", "chunk", str(manifest), str(k)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=os.environ | WORKER_ENV,
                 start_new_session=True,
             )
-            self.running[proc] = (k, log)
+            self.running[proc] = (j, log)
 
-    def reap(self) -> None:
-        """The chunks that ended: one line per cell, with its outcome."""
-        for proc in [p for p in self.running if p.poll() is not None]:
-            k, log = self.running.pop(proc)
+    def reap(self) -> int:
+        """The chunks that ended: one line per cell, with its outcome. How many ended."""
+        ended = [p for p in self.running if p.poll() is not None]
+        for proc in ended:
+            j, log = self.running.pop(proc)
             log.close()
             if proc.returncode == FULL:
                 self.full = self.full or _last_error(Path(log.name))
-            for i in self.chunks[k]:
-                cell = self.cells[i]
+            for cell in self.jobs[j][2]:
                 outcome = _outcome(proc.returncode, RunDir(cell.run_dir))
                 self.counts[outcome] += 1
                 if outcome != "not run (disk full)":  # said once, at the end
                     n = sum(self.counts.values())
-                    print(
-                        _outcome_line(n, len(self.cells), outcome, cell, log.name),
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    print(_outcome_line(n, self.total, outcome, cell, log.name), file=sys.stderr, flush=True)
+        return len(ended)
 
 
 def _outcome(returncode: int, rd: RunDir) -> str:

@@ -152,8 +152,14 @@ def made_by_other_code(why: str) -> str:
 
 
 def new_submission_dir(root: str | Path, grid_name: str) -> Path:
+    """A folder of its own for a submission: its time and process, and a number where this process
+    made one in the same second (a local tune adds a submission each time a round is drawn)."""
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-    path = Path(root).resolve() / "grids" / grid_name / stamp
+    path = first = Path(root).resolve() / "grids" / grid_name / stamp
+    n = 1
+    while path.exists():
+        n += 1
+        path = first.with_name(f"{stamp}-{n}")
     writable_dir(path / "logs")
     return path
 

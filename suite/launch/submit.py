@@ -21,8 +21,9 @@ def check_flags(args) -> None:
     check_mode(args.wandb)  # here, not in every cell's process (an error.json each)
 
 
-def run_grid(args, g, root) -> int:
-    """The cells of g that are not done or running, under root: listed (--dry-run), run here, or submitted."""
+def run_grid(args, g, root, more=None) -> int:
+    """The cells of g that are not done or running, under root: listed (--dry-run), run here, or
+    submitted. `more` (run here): cells known since, to run in the same submission (launch/local.py)."""
     from suite.launch import local
 
     if args.backend == "slurm":
@@ -37,7 +38,7 @@ def run_grid(args, g, root) -> int:
         for cell in todo:
             print(f"{cell.run_dir}  [{cell.label}]")
         return 0
-    return local.run_local(g, todo, root, RunOptions.of(args), args.workers)
+    return local.run_local(g, todo, root, RunOptions.of(args), args.workers, more)
 
 
 def _plan(g, args) -> tuple[str, list]:

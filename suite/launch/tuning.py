@@ -38,7 +38,9 @@ decay's coupling) does not search it. Under shared spaces the final runs must be
 `train.patience` >= 2 x `train.hold` (or none), so that a collapse after the hold is seen.
 Each chosen point is flagged where it lies at an edge of its space (within 10% of a bound, on
 the space's own scale). `python -m suite tune GRID --root ROOT` runs both phases, and
-skips what is done: run it again after a Slurm submission of the tuning runs to submit the finals.
+skips what is done; run locally, each search's next round joins the running submission as soon as
+that search's runs have finished (suite/commands/tune.py); on Slurm, run it again after a submission
+to submit the next rounds and then the finals.
 A grid whose cells tuning.json could not tell apart (two of one name, or two that a method makes
 one spec) is refused before anything runs (check_cells); suite/launch/spaces.py reads the [tuning]
 table and draws its points; suite/results/tuning_record.py reads and writes tuning.json.
