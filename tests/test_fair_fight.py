@@ -194,7 +194,9 @@ def _searches(root) -> dict:
     }
 
 
-def test_rounds_search_around_the_best_so_far_and_an_interrupted_search_draws_the_same_trials(tmp_path, monkeypatch):
+def test_rounds_search_around_the_best_so_far_and_an_interrupted_search_draws_the_same_trials(
+    tmp_path, monkeypatch, capsys
+):
     import math
 
     from suite.launch import submit
@@ -210,6 +212,7 @@ def test_rounds_search_around_the_best_so_far_and_an_interrupted_search_draws_th
     monkeypatch.setattr(submit, "run_grid", counted)
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(whole), "--workers", "2"]) == 0
     assert calls == ["rounds-tuning", "rounds-final"]  # each later round joined the running submission once drawn
+    assert "rounds-final: 10 cells, 10 done, 0 running, 0 to run" in capsys.readouterr().err  # and the final runs
     searches = _searches(whole)
     shared = {"lr": ("log", 1e-4, 0.3), "weight_decay": ("per_step", 1e-6, 0.1)}
     for method, (trials, _, _) in searches.items():

@@ -18,6 +18,7 @@ from suite.leaderboard import generate
 from suite.leaderboard.tables import fmt_value
 from suite.leaderboard.tuned import profile_by_method
 from suite.results.tuning_record import record_of
+from suite.specs.spec import spec_id
 
 # the workers of a grid or tune run in this process: what they compute is the point, not their processes
 pytestmark = pytest.mark.usefixtures("chunks_in_process")
@@ -151,6 +152,40 @@ def test_experiments_tuned_one_at_a_time_into_one_root_share_one_record(tmp_path
     assert sorted(c["cell"] for c in record["chosen"]) == ["narrow", "wide"]
     final = [json.loads(p.read_text())["spec"]["model"]["hidden"] for p in (root / "final").rglob("result.json")]
     assert sorted(final) == [32] * 5 + [64] * 5
+
+
+def test_a_search_that_has_chosen_runs_its_final_seeds_while_another_search_is_unfinished(tmp_path, capsys):
+    # a search's winner follows from its own trials: its final runs start without waiting for the
+    # other searches, its choice recorded first, and the record ends as an uninterrupted tune's
+    from suite.launch.tuning import tuning_cells
+    from suite.results.rundir import RunDir
+
+    (tmp_path / "g.toml").write_text(LEARNED)
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(whole)]) == 0
+    g = load(tmp_path / "g.toml", part)
+    cells = tuning_cells(g, parse(g.tuning, str(g.path), g.name), part / "tuning")
+    held = RunDir(next(c for c in cells if c.experiment == "tuning/sgd").run_dir)
+    held.lock()  # as another process holds a run: sgd's search cannot finish in this call
+    tune = ["tune", str(tmp_path / "g.toml"), "--root", str(part)]
+    assert main(tune) == 0
+    assert "run this command again then" in capsys.readouterr().err
+    record = json.loads((part / "final" / "tuning.json").read_text())
+    assert [c["method"] for c in record["chosen"]] == ["adam"]
+    finals = [json.loads(p.read_text())["spec"] for p in (part / "final").rglob("result.json")]
+    assert len(finals) == 5 and {s["opt"]["name"] for s in finals} == {"adam"}
+    assert sorted(record["chosen"][0]["final_runs"]) == sorted(spec_id(s) for s in finals)
+    assert main([*tune, "--dry-run"]) == 0
+    assert ": 3 of 4 trials finished, in round 1 of 1; 5 of 5 final runs finished (of the 1 searches finished)" in (
+        capsys.readouterr().err
+    )
+    held.unlock()
+    assert main(tune) == 0
+    assert (
+        json.loads((part / "final" / "tuning.json").read_text())["chosen"]
+        == (json.loads((whole / "final" / "tuning.json").read_text())["chosen"])
+    )
+    assert len(list((part / "final").rglob("result.json"))) == 10
 
 
 def test_a_method_whose_search_found_no_working_point_runs_no_final_seeds(tmp_path, capsys):

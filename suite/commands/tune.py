@@ -152,21 +152,33 @@ def _add(args, root: Path) -> int:
 
 
 def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
-    """Phase 1 (the tuning runs), the choice, and phase 2 (the chosen points on the final seeds);
-    `write(chosen)` records the choice before the final runs start. The exit code, and the grid of
-    final runs once they are chosen."""
+    """Phase 1 (the tuning runs), the choices, and phase 2 (each chosen point on the final seeds);
+    `write(chosen)` records choices before their final runs start. A search's next round, and its
+    final runs once it has chosen, need only its own runs: run here, they join the running submission
+    as soon as those have finished, and no worker waits for the other searches' slowest trial; on
+    Slurm, the next call submits them. The exit code, and the grid of final runs once every search
+    has chosen."""
     from suite.launch import grid
+    from suite.launch.manifest import TO_RUN, changed_code, statuses
     from suite.launch.submit import run_grid
-    from suite.launch.tuning import choose, final_cells, reached, tuning_cells
+    from suite.launch.tuning import choices, choose, final_cells, reached, tuning_cells
 
-    known: set = set()
+    known: set = set()  # the ids of the cells submitted (or found done or running) by this call
+    declared: set = set()  # (cell, method) whose choice this call recorded
+
+    def finals_of_finished() -> list:
+        """The final runs of the searches that finished since, their choices recorded first."""
+        new = [c for c in choices(g, tuning, root / "tuning") if (c["cell"], c["method"]) not in declared]
+        if not new or args.dry_run:
+            return []
+        cells = final_cells(g, tuning, new, root / "final")  # before write: it names their runs in the record
+        (root / "final").mkdir(parents=True, exist_ok=True)
+        write(new)
+        declared.update((c["cell"], c["method"]) for c in new)
+        return cells
 
     def more() -> list:
-        """A search's next round, drawn as soon as its own runs have finished: run here, it joins the
-        running submission, and no worker waits for the other searches' slowest trial."""
-        from suite.launch.manifest import TO_RUN, changed_code, statuses
-
-        cells = [c for c in tuning_cells(g, tuning, root / "tuning") if c.id not in known]
+        cells = [c for c in tuning_cells(g, tuning, root / "tuning") + finals_of_finished() if c.id not in known]
         grid.check_builds(cells)
         stale = {c.id for c, _ in changed_code(cells)}  # left to the next submission, which says why
         known.update(c.id for c in cells if c.id not in stale)
@@ -186,12 +198,15 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
             break
     chosen = choose(g, tuning, root / "tuning")
     if chosen is None:
+        code, early = 0, [c for c in finals_of_finished() if c.id not in known]
+        if early:  # on Slurm, or where another process holds a tuning run
+            code = run_grid(args, grid.Grid(f"{g.name}-final", g.path, early, g.slurm), root / "final")
         print(
-            "the next round and the final runs are drawn once every tuning run before them is done: "
+            "a search's next round, and its final runs, are drawn once every run of its rounds before is done: "
             "run this command again then",
             file=sys.stderr,
         )
-        return 0, None
+        return code, None
     for c in chosen:
         if not reached(c):
             print(

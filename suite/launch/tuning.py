@@ -38,9 +38,9 @@ decay's coupling) does not search it. Under shared spaces the final runs must be
 `train.patience` >= 2 x `train.hold` (or none), so that a collapse after the hold is seen.
 Each chosen point is flagged where it lies at an edge of its space (within 10% of a bound, on
 the space's own scale). `python -m suite tune GRID --root ROOT` runs both phases, and
-skips what is done; run locally, each search's next round joins the running submission as soon as
-that search's runs have finished (suite/commands/tune.py); on Slurm, run it again after a submission
-to submit the next rounds and then the finals.
+skips what is done; run locally, a search's next round, and its final runs once it has chosen, join
+the running submission as soon as that search's runs have finished (suite/commands/tune.py); on
+Slurm, run it again after a submission to submit them.
 A grid whose cells tuning.json could not tell apart (two of one name, or two that a method makes
 one spec) is refused before anything runs (check_cells); suite/launch/spaces.py reads the [tuning]
 table and draws its points; suite/results/tuning_record.py reads and writes tuning.json.
@@ -186,12 +186,19 @@ def tuning_cells(grid: Grid, tuning: Tuning, root: Path) -> list[Cell]:
 
 def choose(grid: Grid, tuning: Tuning, root: Path) -> list[dict] | None:
     """Per cell and method, every trial's scores and the one chosen; None while a search is unfinished."""
+    chosen = choices(grid, tuning, root)
+    return chosen if len(chosen) == len(grid.cells) * len(tuning.methods) else None
+
+
+def choices(grid: Grid, tuning: Tuning, root: Path) -> list[dict]:
+    """choose()'s entries of the searches that have finished: a search's winner is a function of its
+    own trials alone, so its final runs need not wait for the other searches."""
     chosen = []
     for cell in grid.cells:
         for method in tuning.methods:
-            trials, tried = search(grid, tuning, root, cell, method)
+            _, tried = search(grid, tuning, root, cell, method)
             if len(tried) < tuning.trials:
-                return None
+                continue
             winner = best_of(tried)
             entry = {
                 "cell": cell_name(cell),
@@ -218,13 +225,18 @@ def progress(grid: Grid, tuning: Tuning, root: Path) -> list[str]:
             rounds.append(next((t.round for t in trials if t.point not in done), len(tuning.rounds)))
             finished += len(tried)
         line = f"{cell_name(cell)}: {finished} of {tuning.trials * len(tuning.methods)} trials finished"
-        if min(rounds) < len(tuning.rounds):
-            lines.append(f"{line}, in round {min(rounds) + 1} of {len(tuning.rounds)}; final runs not drawn yet")
-            continue
         one = Grid(grid.name, grid.path, [cell], grid.slurm)
-        finals = final_cells(one, tuning, choose(one, tuning, root / "tuning"), root / "final")
-        done = sum(RunDir(c.run_dir).finished for c in finals)
-        lines.append(f"{line}; {done} of {len(finals)} final runs finished")
+        chosen = choices(one, tuning, root / "tuning")
+        finals = final_cells(one, tuning, chosen, root / "final")
+        done = f"{sum(RunDir(c.run_dir).finished for c in finals)} of {len(finals)} final runs finished"
+        if min(rounds) < len(tuning.rounds):
+            of = f" (of the {len(chosen)} searches finished)" if chosen else ""
+            lines.append(
+                f"{line}, in round {min(rounds) + 1} of {len(tuning.rounds)}; "
+                + (f"{done}{of}" if chosen else "final runs not drawn yet")
+            )
+            continue
+        lines.append(f"{line}; {done}")
     return lines
 
 
@@ -283,13 +295,16 @@ def _targets(spec: dict) -> tuple[float, float, int]:
 
 
 def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> list[Cell]:
-    """Each chosen point on the final seeds, its run folder under root; records the run ids in its
-    entry ("final_runs"), by which the leaderboard finds a method's final runs."""
+    """Each chosen point (of every search, or of those finished: choices) on the final seeds, its run
+    folder under root; records the run ids in its entry ("final_runs"), by which the leaderboard finds
+    a method's final runs."""
     by = {(c["cell"], c["method"]): c for c in chosen}
     cells = {}  # two methods that chose the same settings share their final runs
     for cell in grid.cells:
         for method in tuning.methods:
-            entry = by[cell_name(cell), method.name]
+            entry = by.get((cell_name(cell), method.name))
+            if entry is None:
+                continue
             if not reached(entry):  # by the board's rule its final runs could give no verdict
                 entry["final_runs"] = []
                 continue
