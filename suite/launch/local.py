@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from suite.errors import SuiteError
 from suite.launch.grid import Grid
 from suite.launch.manifest import FULL, WORKER_ENV, RunOptions, new_submission_dir, read_manifest, write_manifest
 from suite.results.result import headline
@@ -54,7 +53,7 @@ def run_local(
     pool = _Workers(workers)
     pool.add(_submission(grid, cells, root, options, workers), cells, "")
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    refused = None  # what `more` raised: nothing more is drawn, the running processes end, then it is raised
+    refused = None  # what `more` raised: nothing more is drawn; raised once the running processes end
     try:
         shown, last = {}, time.monotonic()
         while (pool.pending or pool.running) and not ((pool.stopped or pool.full) and not pool.running):
@@ -63,7 +62,7 @@ def run_local(
             if pool.reap() and more is not None and refused is None and not (pool.stopped or pool.full):
                 try:
                     drawn = more()
-                except SuiteError as err:
+                except Exception as err:  # noqa: BLE001 - a bad draw or a damaged file: raised once the workers end
                     refused = err
                     continue
                 if drawn:
