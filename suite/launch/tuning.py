@@ -247,23 +247,56 @@ def score(trial: Trial, race: bool) -> dict | None:
     dirs = [RunDir(d) for d in trial.dirs]
     if not all(d.finished for d in dirs):
         return None
-    reached = [_reached(d, spec) for d, spec in zip(dirs, trial.specs)]
-    times = [math.inf if m.grok_step is None else float(m.grok_step) for m in reached]
+    runs = [_finished(d, spec) for d, spec in zip(dirs, trial.specs)]
+    times = [math.inf if run.grok_step is None else float(run.grok_step) for run in runs]
     out = {
         "round": trial.round,
         "point": trial.point,
         "settings": trial.settings,
         "times": times,
         "median_time": float(np.median(times)),
-        "median_best_val": float(np.median([m.best_val_acc or 0.0 for m in reached])),
+        "median_best_val": float(np.median([run.best_val for run in runs])),
     }
     if race:  # what the race stopped, and the steps each run took
-        results = [read_json(d / "result.json") for d in dirs]
-        out["raced"] = [r.get("stop_reason") == "raced" for r in results]
-        out["steps"] = [r["steps"] for r in results]
+        out["raced"] = [run.raced for run in runs]
+        out["steps"] = [run.steps for run in runs]
         out["budget"] = [spec["train"]["steps"] for spec in trial.specs]
-        out["last_val"] = [d.read_metrics()[-1]["val_acc"] for d in dirs]
+        out["last_val"] = [run.last_val for run in runs]
     return out
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a finished tuning run contributes to its trial's scores."""
+
+    grok_step: int | None
+    best_val: float
+    raced: bool
+    steps: int
+    last_val: float
+
+
+_runs: dict[tuple, _Run] = {}  # by run folder and its files' versions: a tune reads each finished run once
+
+
+def _finished(run_dir: RunDir, spec: dict) -> _Run:
+    """A finished run's part of its trial's scores, read once per process rather than at every draw
+    of every round: a finished run's files change only when it is run again or damaged, which
+    changes their mtime or size."""
+    files = [run_dir / "result.json", run_dir / "metrics.jsonl"]
+    key = (str(run_dir.path.resolve()), *((s.st_mtime_ns, s.st_size) if (s := _stat(f)) else None for f in files))
+    if key not in _runs:
+        reached, result = _reached(run_dir, spec), read_json(run_dir / "result.json")
+        raced, last = result.get("stop_reason") == "raced", run_dir.read_metrics()[-1]["val_acc"]
+        _runs[key] = _Run(reached.grok_step, reached.best_val_acc or 0.0, raced, result["steps"], last)
+    return _runs[key]
+
+
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except OSError:  # gone: _reached says so, naming the file
+        return None
 
 
 def _reached(run_dir: RunDir, spec: dict) -> Milestones:

@@ -76,6 +76,7 @@ class Spec:
         return spec_id(self.to_json())
 
 
+@functools.cache  # a spec resolves them, and a tune resolves hundreds of specs at every draw
 def train_params():
     return params_of(TrainConfig)
 
