@@ -286,9 +286,11 @@ def _finished(run_dir: RunDir, spec: dict) -> _Run:
     files = [run_dir / "result.json", run_dir / "metrics.jsonl"]
     key = (str(run_dir.path.resolve()), *((s.st_mtime_ns, s.st_size) if (s := _stat(f)) else None for f in files))
     if key not in _runs:
-        reached, result = _reached(run_dir, spec), read_json(run_dir / "result.json")
-        raced, last = result.get("stop_reason") == "raced", run_dir.read_metrics()[-1]["val_acc"]
-        _runs[key] = _Run(reached.grok_step, reached.best_val_acc or 0.0, raced, result["steps"], last)
+        records, result = run_dir.read_metrics(), read_json(run_dir / "result.json")
+        reached, raced = _reached(records, run_dir / "metrics.jsonl", spec), result.get("stop_reason") == "raced"
+        _runs[key] = _Run(
+            reached.grok_step, reached.best_val_acc or 0.0, raced, result["steps"], records[-1]["val_acc"]
+        )
     return _runs[key]
 
 
@@ -299,11 +301,10 @@ def _stat(path: Path):
         return None
 
 
-def _reached(run_dir: RunDir, spec: dict) -> Milestones:
-    """What a finished tuning run reached, judged from its evaluations by the one success rule
-    (suite.engine.milestones), as the board does. A history that is gone or not evaluations would judge
-    the run a failure: one line naming the file instead."""
-    records, path = run_dir.read_metrics(), run_dir / "metrics.jsonl"
+def _reached(records: list, path: Path, spec: dict) -> Milestones:
+    """What a finished tuning run reached, judged from its evaluations (read from path) by the one
+    success rule (suite.engine.milestones), as the board does. A history that is gone or not
+    evaluations would judge the run a failure: one line naming the file instead."""
     if not records or not all(_evaluation(r) for r in records):
         raise UnreadableFile(
             f"{path} {'holds no evaluations' if not records else 'holds a line that is not an evaluation'}, "
