@@ -137,17 +137,20 @@ def test_sbatch_missing_is_one_line_exit_2_and_nothing_written(tmp_path, capsys,
     assert not (tmp_path / "runs").exists()
 
 
-def fake_sbatch(tmp_path, body: str, monkeypatch) -> None:
+def fake_command(tmp_path, name: str, body: str, monkeypatch) -> None:
+    """A shell script called `name`, found first on PATH (written again: the new body)."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text("#!/bin/sh\n" + body)
-    (bin_dir / "sbatch").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text("#!/bin/sh\n" + body)
+    (bin_dir / name).chmod(0o755)
+    if not os.environ["PATH"].startswith(f"{bin_dir}{os.pathsep}"):
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
 def test_a_rejected_submission_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
-    fake_sbatch(
+    fake_command(
         tmp_path,
+        "sbatch",
         'echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2\nexit 1\n',
         monkeypatch,
     )
@@ -159,7 +162,7 @@ def test_a_rejected_submission_leaves_nothing_behind(tmp_path, capsys, monkeypat
 
 
 def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path, capsys, monkeypatch):
-    fake_sbatch(tmp_path, 'cp "$2" "$(dirname "$2")/submitted.sbatch"\necho "4242;cluster"\n', monkeypatch)
+    fake_command(tmp_path, "sbatch", 'cp "$2" "$(dirname "$2")/submitted.sbatch"\necho "4242;cluster"\n', monkeypatch)
     root = tmp_path / "runs"
     assert (
         main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2", "--stack", "1"])
@@ -176,12 +179,72 @@ def test_a_submission_writes_manifest_and_script_and_prints_the_job_id(tmp_path,
     assert (workdir / "job_id").read_text().strip() == "4242"
 
 
+def test_cells_an_array_task_still_holds_are_queued_not_submitted_again(tmp_path, capsys, monkeypatch):
+    # tune on Slurm is called again until its searches end: each call must submit only what no
+    # queued array task will run, or every call would queue the pending cells once more
+    fake_command(tmp_path, "sbatch", 'echo "4242"\n', monkeypatch)
+    root = tmp_path / "runs"
+    grid = ["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2", "--stack", "1"]
+    assert main(grid) == 0
+    (first,) = (root / "grids/tiny").iterdir()
+    chunks = json.loads((first / "manifest.json").read_text())["chunks"]
+    cells = load(TINY, root).cells
+    capsys.readouterr()
+
+    fake_command(tmp_path, "squeue", 'echo "4242_1"\n', monkeypatch)  # task 0 has ended, its cells unrun
+    assert main(["status", str(TINY), "--root", str(root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "4 cells: 0 done, 2 queued, 2 missing"
+    assert sorted(line.split()[0] for line in out[:-1]) == ["missing", "missing", "queued", "queued"]
+    assert {line.split()[1] for line in out if line.startswith("queued")} == {
+        str(cells[i].run_dir) for group in chunks[1] for i in group
+    }
+
+    fake_command(tmp_path, "sbatch", 'echo "4243"\n', monkeypatch)
+    assert main(grid) == 0
+    assert "tiny: 4 cells, 0 done, 0 running, 2 queued, 2 to run; submitted array job 4243" in capsys.readouterr().err
+    (second,) = set((root / "grids/tiny").iterdir()) - {first}
+    again = json.loads((second / "manifest.json").read_text())["cells"]
+    assert [c["id"] for c in again] == [cells[i].id for group in chunks[0] for i in group]
+
+    fake_command(tmp_path, "squeue", 'echo "4242_1 4243_0 4243_1 99_0"\n', monkeypatch)  # all held
+    assert main(grid) == 0
+    assert capsys.readouterr().err.strip() == "tiny: 4 cells, 0 done, 0 running, 4 queued, 0 to run"
+    assert len(list((root / "grids/tiny").iterdir())) == 2  # nothing submitted
+
+    fake_command(
+        tmp_path, "squeue", 'echo "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n', monkeypatch
+    )
+    assert main(["status", str(TINY), "--root", str(root)]) == 0  # squeue's word for: none left
+    assert capsys.readouterr().out.splitlines()[-1] == "4 cells: 0 done, 4 missing"
+
+    fake_command(
+        tmp_path,
+        "squeue",
+        'echo "slurm_load_jobs error: Unable to contact slurm controller" >&2\nexit 1\n',
+        monkeypatch,
+    )
+    assert main(grid) == 2  # not knowing what is queued, it submits nothing
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: cannot tell which submitted cells Slurm still holds: squeue: "
+        "slurm_load_jobs error: Unable to contact slurm controller"
+    ]
+    assert len(list((root / "grids/tiny").iterdir())) == 2
+    assert main(["status", str(TINY), "--root", str(root)]) == 0  # status says so, and shows the folders
+    captured = capsys.readouterr()
+    assert (
+        captured.err.startswith("warning: cannot tell")
+        and captured.out.splitlines()[-1] == "4 cells: 0 done, 4 missing"
+    )
+
+
 def test_a_manifest_written_before_the_renames_still_runs(tmp_path, capsys, monkeypatch):
     # a manifest an older suite wrote says "ensemble" for "stack" and "n_tasks" for "n_chunks": an
     # array task still queued when the suite was updated runs its chunk as it would have
     from suite.launch.manifest import read_manifest
 
-    fake_sbatch(tmp_path, 'echo "4242"\n', monkeypatch)
+    fake_command(tmp_path, "sbatch", 'echo "4242"\n', monkeypatch)
     root = tmp_path / "runs"
     assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root), "--cells-per-task", "2"]) == 0
     (path,) = root.glob("grids/tiny/*/manifest.json")
@@ -238,6 +301,33 @@ def test_a_partition_slurm_rejects_is_one_line_exit_2_and_nothing_submitted(tmp_
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: sbatch refused the job:")
     assert "partition" in proc.stderr.lower()
     assert not squeue(name=f"suite-{name}") and not list(root.rglob("*.*"))
+
+
+@needs_cluster
+def test_a_held_array_job_keeps_its_cells_from_a_second_submission_until_it_is_gone(tmp_path):
+    name = f"held{os.getpid()}"
+    grid = tmp_path / "grid.toml"
+    grid.write_text(TINY.read_text().replace('name = "tiny"', f'name = "{name}"'))
+    root = tmp_path / "runs"
+    submit = ("grid", grid, "--backend", "slurm", "--root", root, "--sbatch=--hold", "--cells-per-task", "2")
+    jobs = []
+    try:
+        first = run_cli(*submit)  # held: every array task stays pending
+        assert first.returncode == 0, first.stderr
+        jobs.append(first.stdout.strip())
+        again = run_cli(*submit)
+        assert again.returncode == 0 and not again.stdout, again.stderr
+        assert again.stderr.strip() == f"{name}: 4 cells, 0 done, 0 running, 4 queued, 0 to run"
+        status = run_cli("status", grid, "--root", root)
+        assert status.stdout.splitlines()[-1] == "4 cells: 0 done, 4 queued", status.stdout
+        subprocess.run(["scancel", jobs[0]], check=True)
+        wait_until(lambda: not squeue(jobs[0]), "the cancelled job gone from the queue")
+        third = run_cli(*submit)  # nothing holds them now
+        assert third.returncode == 0 and "0 running, 4 to run; submitted array job" in third.stderr, third.stderr
+        jobs.append(third.stdout.strip())
+    finally:
+        for job in jobs:
+            subprocess.run(["scancel", job], capture_output=True)
 
 
 GRID = """

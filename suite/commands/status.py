@@ -1,5 +1,6 @@
-"""`python -m suite status FILE`: done / running / failed / interrupted / missing, per cell of a grid file;
-of a tuned grid, where each cell's search stands, then its tuning runs drawn so far."""
+"""`python -m suite status FILE`: done / running / queued / failed / interrupted / missing, per cell of a
+grid file (queued: an array task Slurm still holds will run it); of a tuned grid, where each cell's
+search stands, then its tuning runs drawn so far."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from suite.errors import SuiteError
 
 
 def add(sub) -> None:
-    p = sub.add_parser("status", help="done / running / failed / interrupted / missing, per cell of a grid file")
+    p = sub.add_parser(
+        "status", help="done / running / queued / failed / interrupted / missing, per cell of a grid file"
+    )
     p.add_argument("grid_file")
     flags.root(p)
     p.add_argument("--all", action="store_true", help="also list the cells that are done")
@@ -24,7 +27,7 @@ def run(args) -> int:
     g = grid.load(args.grid_file, args.root).only(args.experiment)
     if Path(args.root).exists() and not Path(args.root).is_dir():
         raise SuiteError(f"{args.root} is not a folder of runs")
-    cells = g.cells
+    cells, root = g.cells, Path(args.root)
     if g.tuning is not None:  # its runs are the searches' trials (as far as drawn) and the chosen points'
         from suite.launch.spaces import parse
         from suite.launch.tuning import progress, tuning_cells
@@ -32,21 +35,36 @@ def run(args) -> int:
         tuning = parse(g.tuning, str(g.path), g.name)
         for line in progress(g, tuning, Path(args.root)):
             print(line)
-        cells = tuning_cells(g, tuning, Path(args.root) / "tuning")
-    for line in status_lines(cells, args.root, show_done=args.all):
+        cells, root = tuning_cells(g, tuning, root / "tuning"), root / "tuning"
+    for line in status_lines(cells, args.root, _held(root), show_done=args.all):
         print(line)
     return 0
 
 
-def status_lines(cells: list, root: str | Path, show_done: bool = False) -> list[str]:
-    """One line per cell (done ones only if asked), then the counts."""
+def _held(root: Path) -> set[Path]:
+    """The run folders an array task Slurm still holds will run; where squeue cannot answer, a
+    warning, and every cell's status as its folder has it."""
+    from suite.launch.slurm import queued
+
+    try:
+        return queued(root)
+    except SuiteError as err:
+        print(f"warning: {err}", file=sys.stderr)
+        return set()
+
+
+def status_lines(cells: list, root: str | Path, held: set[Path] = frozenset(), show_done: bool = False) -> list[str]:
+    """One line per cell (done ones only if asked), then the counts; a cell whose folder is in
+    `held` and that is neither done nor running is queued."""
     from suite.results.result import headline
     from suite.results.rundir import STATUSES, RunDir, read_json
 
-    lines, counts = [], dict.fromkeys(STATUSES, 0)
+    lines, counts = [], dict.fromkeys(STATUSES[:2] + ("queued",) + STATUSES[2:], 0)
     for cell in cells:
         rd = RunDir(cell.run_dir)
         status = rd.status()
+        if status not in ("done", "running") and rd.path.resolve() in held:
+            status = "queued"
         counts[status] += 1
         if status == "done" and not show_done:
             continue

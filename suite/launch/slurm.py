@@ -18,7 +18,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.launch.grid import Cell, Grid
-from suite.launch.manifest import RunOptions, new_submission_dir, plan_chunks, write_manifest
+from suite.launch.manifest import RunOptions, new_submission_dir, plan_chunks, read_manifest, write_manifest
 
 _INSTALLED = Path(__file__).resolve().parents[1] / "slurm_template" / "array.sbatch"  # from a wheel
 TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parents[2] / "slurm" / "array.sbatch"
@@ -226,3 +226,51 @@ def submit(
     job_id = proc.stdout.strip().split(";")[0]
     (workdir / "job_id").write_text(job_id + "\n")
     return job_id
+
+
+def queued(root: str | Path) -> set[Path]:
+    """The run folders under root that an array task Slurm still holds will run (pending, running,
+    or pending again after a requeue): a grid or tune submitted again leaves them to it rather than
+    submitting them twice. Empty where no submission under root has a job id, or no squeue is here
+    to ask (results copied off the cluster); a SuiteError where squeue cannot answer."""
+    jobs = {}
+    for job_file in Path(root).glob("grids/*/*/job_id"):
+        job = job_file.read_text().strip()
+        if job.isdigit():
+            jobs[job] = job_file.parent
+    squeue = shutil.which("squeue")
+    if not jobs or squeue is None:
+        return set()
+    try:  # --array: one line per array task, "JOB_TASK", pending ones included
+        proc = subprocess.run(
+            [squeue, "--noheader", "--array", "--format=%i", f"--jobs={','.join(jobs)}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:
+        raise SuiteError(
+            "cannot tell which submitted cells Slurm still holds: squeue did not answer in 120 s"
+        ) from None
+    if proc.returncode != 0:
+        if "Invalid job id" in proc.stderr:  # squeue's answer when the only job asked about has left the queue
+            return set()
+        reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
+        raise SuiteError(f"cannot tell which submitted cells Slurm still holds: squeue: {reason[-1]}")
+    held: set[Path] = set()
+    manifests: dict[str, dict] = {}
+    for line in proc.stdout.split():
+        job, _, task = line.partition("_")
+        if job not in jobs:
+            continue
+        if job not in manifests:
+            try:
+                manifests[job] = read_manifest(jobs[job] / "manifest.json")
+            except (OSError, ValueError) as err:
+                raise SuiteError(
+                    f"cannot read {jobs[job] / 'manifest.json'} of job {job}, still queued: {err}"
+                ) from None
+        chunks = manifests[job]["chunks"]
+        for chunk in [chunks[int(task)]] if task.isdigit() and int(task) < len(chunks) else chunks:
+            held.update(Path(manifests[job]["cells"][i]["run_dir"]) for group in chunk for i in group)
+    return held

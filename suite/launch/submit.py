@@ -41,37 +41,39 @@ def run_grid(args, g, root, more=None) -> int:
     return local.run_local(g, todo, root, RunOptions.of(args), args.workers, more)
 
 
-def _plan(g, args) -> tuple[str, list]:
-    """How many cells are done, running and to run (a line), and the cells to run. A run folder made
-    by other code of a component stops the grid here, or with --rerun-changed is emptied to run again
-    (a dry run only counts it)."""
+def _plan(g, args, held: set[Path] = frozenset()) -> tuple[str, list]:
+    """How many cells are done, running, queued (their run folders in `held`: an array task Slurm
+    still holds will run them) and to run (a line), and the cells to run. A run folder made by other
+    code of a component stops the grid here, or with --rerun-changed is emptied to run again (a dry
+    run only counts it)."""
     from suite.launch import manifest
 
-    status = manifest.statuses(g.cells)
-    changed = manifest.changed_code([c for c, s in zip(g.cells, status) if s != "running"])
+    status = [
+        s if s in ("done", "running") or c.run_dir.resolve() not in held else "queued"
+        for c, s in zip(g.cells, manifest.statuses(g.cells))
+    ]
+    changed = manifest.changed_code([c for c, s in zip(g.cells, status) if s not in ("running", "queued")])
     if changed and not args.rerun_changed:
         first, why = changed[0]
         raise SuiteError(
             f"{len(changed)} of {g.name}'s run folders were made by other code; the first, {first.run_dir}, "
             + manifest.made_by_other_code(why)
         )
-    if changed and not args.dry_run:
-        for cell, _ in changed:
-            RunDir(cell.run_dir).discard()
-        status = manifest.statuses(g.cells)
-    elif changed:
-        stale = {c.run_dir for c, _ in changed}
-        status = ["missing" if c.run_dir in stale else s for c, s in zip(g.cells, status)]
+    for cell, _ in changed if not args.dry_run else ():
+        RunDir(cell.run_dir).discard()
+    stale = {c.run_dir for c, _ in changed}  # emptied, or (a dry run) counted as if
+    status = ["missing" if c.run_dir in stale else s for c, s in zip(g.cells, status)]
     todo = [c for c, s in zip(g.cells, status) if s in manifest.TO_RUN]
+    queued = f"{status.count('queued')} queued, " if "queued" in status else ""
     return (
         f"{g.name}: {len(g.cells)} cells, {status.count('done')} done, {status.count('running')} running, "
-        f"{len(todo)} to run"
+        f"{queued}{len(todo)} to run"
     ), todo
 
 
 def _slurm(args, g, root) -> int:
     from suite.launch import manifest
-    from suite.launch.slurm import TEMPLATE, SlurmOptions, find_sbatch, submit
+    from suite.launch.slurm import TEMPLATE, SlurmOptions, find_sbatch, queued, submit
 
     # the options (and that sbatch exists) are checked before anything else happens
     options = SlurmOptions.merge(
@@ -88,7 +90,7 @@ def _slurm(args, g, root) -> int:
         sbatch=args.sbatch,
     )
     sbatch = None if args.dry_run else find_sbatch()
-    summary, todo = _plan(g, args)
+    summary, todo = _plan(g, args, queued(root))
     if args.dry_run or not todo:
         print(summary, file=sys.stderr)
     if not todo:
