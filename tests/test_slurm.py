@@ -207,7 +207,7 @@ def test_cells_an_array_task_still_holds_are_queued_not_submitted_again(tmp_path
     again = json.loads((second / "manifest.json").read_text())["cells"]
     assert [c["id"] for c in again] == [cells[i].id for group in chunks[0] for i in group]
 
-    fake_command(tmp_path, "squeue", 'echo "4242_1 4243_0 4243_1 99_0"\n', monkeypatch)  # all held
+    fake_command(tmp_path, "squeue", 'echo "4242_1 4243_0 99_0"\n', monkeypatch)  # all held
     assert main(grid) == 0
     assert capsys.readouterr().err.strip() == "tiny: 4 cells, 0 done, 0 running, 4 queued, 0 to run"
     assert len(list((root / "grids/tiny").iterdir())) == 2  # nothing submitted
@@ -237,6 +237,12 @@ def test_cells_an_array_task_still_holds_are_queued_not_submitted_again(tmp_path
         captured.err.startswith("warning: cannot tell")
         and captured.out.splitlines()[-1] == "4 cells: 0 done, 4 missing"
     )
+
+    fake_command(tmp_path, "squeue", 'echo "4243_0"\n', monkeypatch)
+    (second / "manifest.json").write_text('{"chunks": [[[0]]]}')  # damaged: its cells unknown
+    assert main(grid) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot read {second / 'manifest.json'}, whose array job Slurm still holds" in err[0]
 
 
 def test_a_manifest_written_before_the_renames_still_runs(tmp_path, capsys, monkeypatch):

@@ -257,20 +257,22 @@ def queued(root: str | Path) -> set[Path]:
             return set()
         reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
         raise SuiteError(f"cannot tell which submitted cells Slurm still holds: squeue: {reason[-1]}")
-    held: set[Path] = set()
-    manifests: dict[str, dict] = {}
+    tasks: dict[str, list[str]] = {}
     for line in proc.stdout.split():
         job, _, task = line.partition("_")
-        if job not in jobs:
-            continue
-        if job not in manifests:
-            try:
-                manifests[job] = read_manifest(jobs[job] / "manifest.json")
-            except (OSError, ValueError) as err:
-                raise SuiteError(
-                    f"cannot read {jobs[job] / 'manifest.json'} of job {job}, still queued: {err}"
-                ) from None
-        chunks = manifests[job]["chunks"]
-        for chunk in [chunks[int(task)]] if task.isdigit() and int(task) < len(chunks) else chunks:
-            held.update(Path(manifests[job]["cells"][i]["run_dir"]) for group in chunk for i in group)
-    return held
+        if job in jobs:
+            tasks.setdefault(job, []).append(task)
+    return {run_dir for job, its in tasks.items() for run_dir in _run_dirs(jobs[job], its)}
+
+
+def _run_dirs(workdir: Path, tasks: list[str]) -> set[Path]:
+    """The run folders of a submission's array tasks: its chunks of those numbers (every chunk
+    where squeue shows a task as a range)."""
+    path = workdir / "manifest.json"
+    try:
+        manifest = read_manifest(path)
+        chunks = manifest["chunks"]
+        held = [chunks[int(t)] for t in tasks] if all(t.isdigit() for t in tasks) else chunks
+        return {Path(manifest["cells"][i]["run_dir"]) for chunk in held for group in chunk for i in group}
+    except (OSError, ValueError, LookupError, TypeError) as err:
+        raise SuiteError(f"cannot read {path}, whose array job Slurm still holds: {err!r}") from None
