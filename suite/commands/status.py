@@ -56,15 +56,13 @@ def _held(root: Path) -> set[Path]:
 def status_lines(cells: list, root: str | Path, held: set[Path] = frozenset(), show_done: bool = False) -> list[str]:
     """One line per cell (done ones only if asked), then the counts; a cell whose folder is in
     `held` and that is neither done nor running is queued."""
+    from suite.launch.manifest import statuses
     from suite.results.result import headline
     from suite.results.rundir import STATUSES, RunDir, read_json
 
     lines, counts = [], dict.fromkeys(STATUSES[:2] + ("queued",) + STATUSES[2:], 0)
-    for cell in cells:
+    for cell, status in zip(cells, statuses(cells, held)):
         rd = RunDir(cell.run_dir)
-        status = rd.status()
-        if status not in ("done", "running") and rd.path.resolve() in held:
-            status = "queued"
         counts[status] += 1
         if status == "done" and not show_done:
             continue

@@ -130,8 +130,14 @@ def _to_run(cells: list[Cell], wandb: str, rerun_changed: bool) -> list[Cell]:
     return [c if c.tracker is not None else replace(c, tracker=make_tracker(wandb, c)) for c in cells]
 
 
-def statuses(cells: list[Cell]) -> list[str]:
-    return [RunDir(cell.run_dir).status() for cell in cells]
+def statuses(cells: list[Cell], held: set[Path] = frozenset()) -> list[str]:
+    """Each cell's run folder status; "queued" where the folder is in `held` (an array task Slurm
+    still holds will run it, suite.launch.slurm.queued) and is neither done nor running."""
+    found = [RunDir(cell.run_dir).status() for cell in cells]
+    return [
+        s if s in ("done", "running") or Path(c.run_dir).resolve() not in held else "queued"
+        for c, s in zip(cells, found)
+    ]
 
 
 def changed_code(cells: list[Cell]) -> list[tuple[Cell, str]]:

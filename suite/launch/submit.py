@@ -48,10 +48,7 @@ def _plan(g, args, held: set[Path] = frozenset()) -> tuple[str, list]:
     run only counts it)."""
     from suite.launch import manifest
 
-    status = [
-        s if s in ("done", "running") or c.run_dir.resolve() not in held else "queued"
-        for c, s in zip(g.cells, manifest.statuses(g.cells))
-    ]
+    status = manifest.statuses(g.cells, held)
     changed = manifest.changed_code([c for c, s in zip(g.cells, status) if s not in ("running", "queued")])
     if changed and not args.rerun_changed:
         first, why = changed[0]
