@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = make_parser()
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a command queues to run again (tune --follow)
     if extra:
         from suite.commands.run import dotted_settings
 

@@ -8,6 +8,7 @@ they must run.
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -16,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, metrics_text, run_cli
+from conftest import PARITY_FIXED, REPO, metrics_text, run_cli
 
 from suite.cli import main
 from suite.launch.grid import load
@@ -245,6 +246,111 @@ def test_cells_an_array_task_still_holds_are_queued_not_submitted_again(tmp_path
     assert len(err) == 1 and f"cannot read {second / 'manifest.json'}, whose array job Slurm still holds" in err[0]
 
 
+# a tune of two rounds: on Slurm, round 1, then a call that draws round 2, one that submits the final
+# runs, and one that measures the cost once they are done
+FOLLOWED = (
+    'name = "followed"\n'
+    + PARITY_FIXED
+    + "patience = 40\n"
+    + textwrap.dedent("""
+    [tuning]
+    rounds = [{ search = "coarse", trials = 2 }, { search = "refine", trials = 1, width = 0.1 }]
+    tuning_seeds = [100]
+    final_seeds = [0, 1, 2, 3, 4]
+    [tuning.shared]
+    lr = { log = [0.003, 0.1] }
+    [tuning.methods.adam]
+    opt = "adam"
+""")
+)
+
+
+def test_tune_follow_queues_itself_after_each_submission_until_the_tune_is_done(tmp_path, capsys, monkeypatch):
+    # Slurm played by hand: sbatch hands out job ids and keeps the scripts; squeue holds what the
+    # test says; each array job's chunks and each follow-up's command are run here, in turn
+    (tmp_path / "g.toml").write_text(FOLLOWED)
+    root, held, scripts = tmp_path / "runs", tmp_path / "held", tmp_path / "scripts"
+    fake_command(
+        tmp_path,
+        "sbatch",
+        f"n=$(cat {tmp_path}/last 2>/dev/null || echo 100); n=$((n + 1)); echo $n > {tmp_path}/last\n"
+        f'echo "$n $2" >> {scripts}\necho $n\n',
+        monkeypatch,
+    )
+    fake_command(tmp_path, "squeue", f"cat {held}\n", monkeypatch)
+
+    def submitted() -> dict[str, Path]:
+        return {job: Path(path) for job, path in (line.split() for line in scripts.read_text().splitlines())}
+
+    def run_array_job(job: str) -> None:
+        manifest = submitted()[job].with_name("manifest.json")
+        for i in range(len(json.loads(manifest.read_text())["chunks"])):
+            assert main(["chunk", str(manifest), str(i)]) == 0
+
+    def follow_up(job: str) -> list[str]:
+        script = submitted()[job].read_text()
+        (command,) = [line for line in script.splitlines() if line.startswith("exec ")]
+        assert f"cd {Path.cwd()}" in script.splitlines()
+        return shlex.split(command)[4:]  # after "exec PYTHON -m suite"
+
+    held.write_text("101_0\n")  # squeue, asked after the first submission: its array job is pending
+    tune = ["tune", str(tmp_path / "g.toml"), "--backend", "slurm", "--root", str(root), "--follow=3"]
+    assert main(tune) == 0
+    assert list(submitted()) == ["101", "102"]  # round 1, and its follow-up
+    script = submitted()["102"].read_text()
+    assert "#SBATCH --dependency=afterany:101" in script.splitlines()
+    assert follow_up("102") == tune[:-1] + ["--follow", "2"]
+    assert f"queued follow-up job 102: python -m suite {shlex.join(tune[:-1])} --follow 2" in capsys.readouterr().err
+
+    held.write_text("101_0\n102\n")  # called again by hand meanwhile: nothing new, one follow-up is enough
+    assert main(tune) == 0
+    err = capsys.readouterr().err
+    assert "2 queued, 0 to run" in err and "no follow-up job: follow-up job 102 is queued already" in err
+    assert list(submitted()) == ["101", "102"]
+
+    for array, follow, then, left in (("101", "102", "103", 1), ("103", "104", "105", 0)):
+        run_array_job(array)  # then Slurm starts the follow-up, which submits the next array job and queues its own
+        held.write_text(f"{follow}\n{then}_0\n")
+        monkeypatch.setenv("SLURM_JOB_ID", follow)
+        assert main(follow_up(follow)) == 0
+        assert list(submitted())[-2:] == [then, str(int(then) + 1)]
+        assert f"--follow {left}" in capsys.readouterr().err
+    assert submitted()["105"].is_relative_to((root / "final").resolve())  # the final runs
+    run_array_job("105")
+    held.write_text("106\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "106")
+    assert main(follow_up("106")) == 0  # the last: the final runs are done, the cost measured; nothing queued
+    assert list(submitted())[-1] == "106" and (root / "final" / "cost.json").exists()
+
+    # the same tune run here, every round at once: the same trials, choices and final runs
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(tmp_path / "local")]) == 0
+
+    def outcome(r: Path):
+        chosen = json.loads((r / "final" / "tuning.json").read_text())["chosen"]
+        finals = sorted(
+            (p.parent.parent.name, json.loads(p.read_text())["grok_step"]) for p in (r / "final").rglob("result.json")
+        )
+        return [(c["settings"], [t["settings"] for t in c["tried"]]) for c in chosen], finals
+
+    assert outcome(root) == outcome(tmp_path / "local")
+    assert len(outcome(root)[1]) == 5
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--follow", "2"], "--follow is for --backend slurm: a local tune runs every round itself"),
+        (["--backend", "slurm", "--follow", "-1"], "--follow must be at least 0, got -1"),
+    ],
+)
+def test_bad_follow_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, flags, message):
+    (tmp_path / "g.toml").write_text(FOLLOWED)
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), *flags]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_manifest_written_before_the_renames_still_runs(tmp_path, capsys, monkeypatch):
     # a manifest an older suite wrote says "ensemble" for "stack" and "n_tasks" for "n_chunks": an
     # array task still queued when the suite was updated runs its chunk as it would have
@@ -334,6 +440,28 @@ def test_a_held_array_job_keeps_its_cells_from_a_second_submission_until_it_is_g
     finally:
         for job in jobs:
             subprocess.run(["scancel", job], capture_output=True)
+
+
+@pytest.mark.slow  # minutes: three array jobs and three follow-up jobs, one after another
+@needs_cluster
+def test_a_followed_tune_finishes_by_itself_on_a_real_cluster(tmp_path):
+    name = f"followed{os.getpid()}"
+    grid = tmp_path / "g.toml"
+    grid.write_text(FOLLOWED.replace('name = "followed"', f'name = "{name}"'))
+    root = tmp_path / "runs"
+    jobs = [f"suite-{name}-tuning", f"suite-{name}-final", f"suite-{name}-follow"]
+    try:
+        first = run_cli("tune", grid, "--backend", "slurm", "--root", root, "--follow", "3")
+        assert first.returncode == 0 and "queued follow-up job" in first.stderr, first.stderr
+        wait_until(lambda: not any(squeue(name=job) for job in jobs), "every job of the tune gone", timeout=900)
+    finally:
+        subprocess.run(["scancel", *(f"--name={job}" for job in jobs)], capture_output=True)
+    logs = sorted((root / "follow").glob("*/logs/*.out"))
+    assert len(logs) == 3, [p.read_text() for p in logs]  # round 2, the final runs, the cost: then none
+    assert all("Traceback" not in p.read_text() for p in logs)
+    record = json.loads((root / "final" / "tuning.json").read_text())
+    assert [len(c["tried"]) for c in record["chosen"]] == [3]
+    assert len(list((root / "final").rglob("result.json"))) == 5 and (root / "final" / "cost.json").exists()
 
 
 GRID = """

@@ -31,21 +31,42 @@ def add(sub) -> None:
     p.add_argument("--against", metavar="BOARD", help="a tuned board (e.g. leaderboards/tuned) the methods join")
     flags.experiment(p)
     flags.backend(p)
+    p.add_argument(
+        "--follow",
+        type=int,
+        default=0,
+        metavar="N",
+        help="slurm: also queue a job that runs this command again once the array jobs it submitted have ended, "
+        "and so on, at most N times in a row: a tune of R rounds needs R + 1 (the later rounds, the final runs, "
+        "then the cost and the record); more spare resubmissions of what failed or was cut short",
+    )
 
 
 def run(args) -> int:
-    from suite.launch import grid
-    from suite.launch.spaces import parse
     from suite.launch.submit import check_flags
-    from suite.launch.tuning import cell_name, check_cells
-    from suite.results.tuning_record import record_of, write_record
 
     root = Path(args.root)
     if (args.grid_file is None) == (args.add is None) or (args.add is None) != (args.against is None):
         raise SuiteError("tune takes a grid file, or --add FILE with --against BOARD")
     check_flags(args)
-    if args.add:
-        return _add(args, root)
+    if args.follow < 0:
+        raise SuiteError(f"--follow must be at least 0, got {args.follow}")
+    if args.follow and args.backend != "slurm":
+        raise SuiteError("--follow is for --backend slurm: a local tune runs every round itself")
+    code, finished, g = _add(args, root) if args.add else _tune(args, root)
+    if not code and args.follow and not args.dry_run and not finished:
+        _follow(args, root, g)
+    return code
+
+
+def _tune(args, root: Path) -> tuple[int, bool, object]:
+    """Every method of the grid file's [tuning] table: the exit code, whether the tune is finished
+    (every final run done, the cost measured), and the grid tuned."""
+    from suite.launch import grid
+    from suite.launch.spaces import parse
+    from suite.launch.tuning import cell_name, check_cells
+    from suite.results.tuning_record import record_of, write_record
+
     whole = grid.load(args.grid_file, root)
     if whole.tuning is None:
         raise SuiteError(f"{whole.path} has no [tuning] table: run it with `python -m suite grid {args.grid_file}`")
@@ -63,11 +84,27 @@ def run(args) -> int:
         root,
         lambda chosen: write_record(root / "final" / "tuning.json", tuning.to_record(), chosen, cells),
     )
-    if not code and _done(args, final):
+    finished = not code and _done(args, final)
+    if finished:
         _cost(args, tuning, root / "final")
     if not code and args.dry_run and args.backend == "local":
         _estimate(args, g, tuning)
-    return code
+    return code, finished, g
+
+
+def _follow(args, root: Path, g) -> None:
+    """--follow N: a Slurm job that runs this tune again once its array jobs have ended, with
+    --follow N - 1 (the last one given wins, so an abbreviated flag counts down too)."""
+    from suite.launch.slurm import find_sbatch, follow
+    from suite.launch.submit import slurm_options
+
+    again = [a for a in args.argv if not a.startswith("--follow=")]
+    while "--follow" in again:
+        i = again.index("--follow")
+        del again[i : i + 2]
+    again += ["--follow", str(args.follow - 1)]
+    line = follow(root, [root / "tuning", root / "final"], again, slurm_options(args, g), find_sbatch(), g.name)
+    print(line, file=sys.stderr)
 
 
 def _estimate(args, g, tuning) -> None:
@@ -114,7 +151,7 @@ def _cost(args, tuning, final: Path) -> None:
     measure_all(specs, final / "cost.json", device=device, progress=progress, replace_other=True)
 
 
-def _add(args, root: Path) -> int:
+def _add(args, root: Path) -> tuple[int, bool, object]:
     """--add: the new methods under the board's protocol, its final runs linked beside theirs, and
     the board with both written once every final run is done."""
     from suite.launch import adding
@@ -139,16 +176,16 @@ def _add(args, root: Path) -> int:
     if not code and args.dry_run and args.backend == "local":
         _estimate(args, g, tuning)
     if code or args.dry_run or final is None:
-        return code
+        return code, False, g
     if not _done(args, final):
         print("the board is written once every final run is done: run this command again then", file=sys.stderr)
-        return 0
+        return 0, False, g
     _cost(args, board, root / "final")  # the board's rows and yours, measured alike on this machine
     from suite.leaderboard import generate
 
     written = generate(root / "final", root / "board")
     print(f"the board with your method: {root / 'board'} ({len(written)} files)", file=sys.stderr)
-    return 0
+    return 0, True, g
 
 
 def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:

@@ -158,10 +158,15 @@ def made_by_other_code(why: str) -> str:
 
 
 def new_submission_dir(root: str | Path, grid_name: str) -> Path:
-    """A folder of its own for a submission: its time and process, and a number where this process
-    made one in the same second (a local tune adds a submission each time a round is drawn)."""
+    """A folder of its own for a submission (a local tune adds a submission each time a round is drawn)."""
+    return stamped_dir(Path(root) / "grids" / grid_name)
+
+
+def stamped_dir(parent: Path) -> Path:
+    """A new folder under parent named by the time and this process, and a number where this process
+    made one in the same second; with its logs folder."""
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-    path = first = Path(root).resolve() / "grids" / grid_name / stamp
+    path = first = parent.resolve() / stamp
     n = 1
     while path.exists():
         n += 1

@@ -8,6 +8,7 @@ submission never happens half-way.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -18,7 +19,14 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.launch.grid import Cell, Grid
-from suite.launch.manifest import RunOptions, new_submission_dir, plan_chunks, read_manifest, write_manifest
+from suite.launch.manifest import (
+    RunOptions,
+    new_submission_dir,
+    plan_chunks,
+    read_manifest,
+    stamped_dir,
+    write_manifest,
+)
 
 _INSTALLED = Path(__file__).resolve().parents[1] / "slurm_template" / "array.sbatch"  # from a wheel
 TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parents[2] / "slurm" / "array.sbatch"
@@ -118,6 +126,11 @@ class SlurmOptions:
             "--requeue",
             f"--signal=B:USR1@{self.signal_seconds}",
         ]
+        return [f"#SBATCH {option}" for option in options + self.resources()]
+
+    def resources(self) -> list[str]:
+        """What each job asks of the cluster: partition, time, GPUs, CPUs, memory, account, extra lines."""
+        options = []
         for flag, value in (
             ("--partition", self.partition),
             ("--time", self.time),
@@ -128,7 +141,7 @@ class SlurmOptions:
         ):
             if value is not None:
                 options.append(f"{flag}={value}")
-        return [f"#SBATCH {option}" for option in options + self.sbatch]
+        return options + self.sbatch
 
 
 def _sbatch_option(line: str) -> str:
@@ -233,14 +246,27 @@ def queued(root: str | Path) -> set[Path]:
     or pending again after a requeue): a grid or tune submitted again leaves them to it rather than
     submitting them twice. Empty where no submission under root has a job id, or no squeue is here
     to ask (results copied off the cluster); a SuiteError where squeue cannot answer."""
+    jobs = _job_ids(Path(root).glob("grids/*/*/job_id"))
+    tasks = held(jobs)
+    return {run_dir for job, its in tasks.items() for run_dir in _run_dirs(jobs[job], its)}
+
+
+def _job_ids(files) -> dict[str, Path]:
+    """Job id -> the folder of its job_id file, for each file that holds one."""
     jobs = {}
-    for job_file in Path(root).glob("grids/*/*/job_id"):
+    for job_file in files:
         job = job_file.read_text().strip()
         if job.isdigit():
             jobs[job] = job_file.parent
+    return jobs
+
+
+def held(jobs) -> dict[str, list[str]]:
+    """Of the job ids given, those Slurm still holds, each with its array task ids as squeue shows
+    them ("3", or a range "[4-7%2]" for pending ones); empty where none is given or no squeue is here."""
     squeue = shutil.which("squeue")
     if not jobs or squeue is None:
-        return set()
+        return {}
     try:  # --array: one line per array task, "JOB_TASK", pending ones included
         proc = subprocess.run(
             [squeue, "--noheader", "--array", "--format=%i", f"--jobs={','.join(jobs)}"],
@@ -254,7 +280,7 @@ def queued(root: str | Path) -> set[Path]:
         ) from None
     if proc.returncode != 0:
         if "Invalid job id" in proc.stderr:  # squeue's answer when the only job asked about has left the queue
-            return set()
+            return {}
         reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
         raise SuiteError(f"cannot tell which submitted cells Slurm still holds: squeue: {reason[-1]}")
     tasks: dict[str, list[str]] = {}
@@ -262,7 +288,7 @@ def queued(root: str | Path) -> set[Path]:
         job, _, task = line.partition("_")
         if job in jobs:
             tasks.setdefault(job, []).append(task)
-    return {run_dir for job, its in tasks.items() for run_dir in _run_dirs(jobs[job], its)}
+    return tasks
 
 
 def _run_dirs(workdir: Path, tasks: list[str]) -> set[Path]:
@@ -276,3 +302,58 @@ def _run_dirs(workdir: Path, tasks: list[str]) -> set[Path]:
         return {Path(manifest["cells"][i]["run_dir"]) for chunk in held for group in chunk for i in group}
     except (OSError, ValueError, LookupError, TypeError) as err:
         raise SuiteError(f"cannot read {path}, whose array job Slurm still holds: {err!r}") from None
+
+
+FOLLOW = """#!/bin/bash
+# Written by `python -m suite {command}`: the same command again, once the array jobs it waits
+# for have ended, however they ended (it submits again what a failed or cancelled task left).
+{sbatch_lines}
+set -u
+{setup}
+export OMP_NUM_THREADS="${{SLURM_CPUS_PER_TASK:-1}}"
+export OMP_WAIT_POLICY=PASSIVE
+cd {workdir}
+exec {python} -m suite {command}
+"""
+
+
+def follow(root: Path, waits_on: list[Path], command: list[str], options: SlurmOptions, sbatch: str, name: str) -> str:
+    """Queue a job that runs `python -m suite COMMAND` from here once every array job Slurm still
+    holds under the roots in waits_on has ended (afterany; at once where none is: they ended before
+    it looked); its script, job id and log go to ROOT/follow/<stamp>/. Returns the line to tell: the
+    job queued, or that none was since a follow-up job of root is queued already (one is enough)."""
+    jobs = _job_ids(f for r in waits_on for f in Path(r).glob("grids/*/*/job_id"))
+    waiting = sorted(held(jobs), key=int)
+    own = os.environ.get("SLURM_JOB_ID")  # a follow-up queues the next one while it runs
+    others = held({j: d for j, d in _job_ids((Path(root) / "follow").glob("*/job_id")).items() if j != own})
+    if others:
+        return f"no follow-up job: follow-up job {min(others, key=int)} is queued already"
+    workdir = stamped_dir(Path(root) / "follow")
+    line = shlex.join(command)
+    lines = [
+        f"--job-name=suite-{name}-follow",
+        f"--output={workdir}/logs/%j.out",
+    ] + ([f"--dependency=afterany:{':'.join(waiting)}"] if waiting else [])  # none left: at once
+    lines += options.resources()
+    script = FOLLOW.format(
+        command=line,
+        sbatch_lines="\n".join(f"#SBATCH {option}" for option in lines),
+        setup="\n".join(options.setup),
+        workdir=shlex.quote(str(Path.cwd())),
+        python=shlex.quote(sys.executable),
+    )
+    (workdir / "follow.sbatch").write_text(script)
+    proc = subprocess.run(
+        [sbatch, "--parsable", str(workdir / "follow.sbatch")], capture_output=True, text=True, timeout=120
+    )
+    if proc.returncode != 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
+        raise SuiteError(
+            f"sbatch refused the follow-up job: {reason[-1].removeprefix('sbatch: error: ')} (what was "
+            "submitted stands: run this command again once it has ended)"
+        )
+    job_id = proc.stdout.strip().split(";")[0]
+    (workdir / "job_id").write_text(job_id + "\n")
+    after = f"once job(s) {', '.join(waiting)} have ended" if waiting else "now: no array job of its is held"
+    return f"queued follow-up job {job_id}: python -m suite {line}, {after}"

@@ -68,12 +68,11 @@ def _plan(g, args, held: set[Path] = frozenset()) -> tuple[str, list]:
     ), todo
 
 
-def _slurm(args, g, root) -> int:
-    from suite.launch import manifest
-    from suite.launch.slurm import TEMPLATE, SlurmOptions, find_sbatch, queued, submit
+def slurm_options(args, g):
+    """The grid file's [slurm] table with the command line's flags over it, checked."""
+    from suite.launch.slurm import SlurmOptions
 
-    # the options (and that sbatch exists) are checked before anything else happens
-    options = SlurmOptions.merge(
+    return SlurmOptions.merge(
         g.slurm,
         partition=args.partition,
         time=args.time,
@@ -86,6 +85,13 @@ def _slurm(args, g, root) -> int:
         max_requeues=args.max_requeues,
         sbatch=args.sbatch,
     )
+
+
+def _slurm(args, g, root) -> int:
+    from suite.launch import manifest
+    from suite.launch.slurm import TEMPLATE, find_sbatch, queued, submit
+
+    options = slurm_options(args, g)  # checked, and sbatch found, before anything else happens
     sbatch = None if args.dry_run else find_sbatch()
     summary, todo = _plan(g, args, queued(root))
     if args.dry_run or not todo:
