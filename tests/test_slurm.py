@@ -300,9 +300,16 @@ def test_tune_follow_queues_itself_after_each_submission_until_the_tune_is_done(
     script = submitted()["102"].read_text()
     assert "#SBATCH --dependency=afterany:101" in script.splitlines()
     assert follow_up("102") == tune[:-1] + ["--follow", "2"]
-    assert f"queued follow-up job 102: python -m suite {shlex.join(tune[:-1])} --follow 2" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"queued follow-up job 102: python -m suite {shlex.join(tune[:-1])} --follow 2" in err
+    assert "the follow-up job runs this command again then" in err
 
-    held.write_text("101_0\n102\n")  # called again by hand meanwhile: nothing new, one follow-up is enough
+    held.write_text("101_0\n102\n")
+    assert main(["status", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "follow-up job 102 is queued: it runs the tune again once its array jobs have ended" in out
+    assert out[-1] == "2 cells: 0 done, 2 queued"
+    # called again by hand meanwhile: nothing new, and one follow-up is enough
     assert main(tune) == 0
     err = capsys.readouterr().err
     assert "2 queued, 0 to run" in err and "no follow-up job: follow-up job 102 is queued already" in err

@@ -23,6 +23,7 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from suite.launch import grid
+    from suite.launch.slurm import follow_ups, queued
 
     g = grid.load(args.grid_file, args.root).only(args.experiment)
     if Path(args.root).exists() and not Path(args.root).is_dir():
@@ -35,19 +36,19 @@ def run(args) -> int:
         tuning = parse(g.tuning, str(g.path), g.name)
         for line in progress(g, tuning, Path(args.root)):
             print(line)
+        for job in _ask_slurm(follow_ups, root):
+            print(f"follow-up job {job} is queued: it runs the tune again once its array jobs have ended")
         cells, root = tuning_cells(g, tuning, root / "tuning"), root / "tuning"
-    for line in status_lines(cells, args.root, _held(root), show_done=args.all):
+    for line in status_lines(cells, args.root, _ask_slurm(queued, root), show_done=args.all):
         print(line)
     return 0
 
 
-def _held(root: Path) -> set[Path]:
-    """The run folders an array task Slurm still holds will run; where squeue cannot answer, a
-    warning, and every cell's status as its folder has it."""
-    from suite.launch.slurm import queued
-
+def _ask_slurm(question, root: Path):
+    """question(root) of suite.launch.slurm (which runs an array task Slurm still holds will run, which
+    follow-up jobs it holds); where squeue cannot answer, a warning, and nothing held."""
     try:
-        return queued(root)
+        return question(root)
     except SuiteError as err:
         print(f"warning: {err}", file=sys.stderr)
         return set()

@@ -178,7 +178,8 @@ def _add(args, root: Path) -> tuple[int, bool, object]:
     if code or args.dry_run or final is None:
         return code, False, g
     if not _done(args, final):
-        print("the board is written once every final run is done: run this command again then", file=sys.stderr)
+        again = "the follow-up job runs" if args.follow and not args.dry_run else "run"
+        print(f"the board is written once every final run is done: {again} this command again then", file=sys.stderr)
         return 0, False, g
     _cost(args, board, root / "final")  # the board's rows and yours, measured alike on this machine
     from suite.leaderboard import generate
@@ -238,9 +239,10 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
         code, early = 0, [c for c in finals_of_finished() if c.id not in known]
         if early:  # on Slurm, or where another process holds a tuning run
             code = run_grid(args, grid.Grid(f"{g.name}-final", g.path, early, g.slurm), root / "final")
+        again = "the follow-up job runs" if args.follow and not args.dry_run else "run"
         print(
             "a search's next round, and its final runs, are drawn once every run of its rounds before is done: "
-            "run this command again then",
+            f"{again} this command again then",
             file=sys.stderr,
         )
         return code, None

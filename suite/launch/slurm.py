@@ -304,6 +304,12 @@ def _run_dirs(workdir: Path, tasks: list[str]) -> set[Path]:
         raise SuiteError(f"cannot read {path}, whose array job Slurm still holds: {err!r}") from None
 
 
+def follow_ups(root: str | Path, but: str | None = None) -> list[str]:
+    """The follow-up jobs of root (tune --follow) that Slurm still holds, but the one given."""
+    jobs = {j: d for j, d in _job_ids((Path(root) / "follow").glob("*/job_id")).items() if j != but}
+    return sorted(held(jobs), key=int)
+
+
 FOLLOW = """#!/bin/bash
 # Written by `python -m suite {command}`: the same command again, once the array jobs it waits
 # for have ended, however they ended (it submits again what a failed or cancelled task left).
@@ -324,10 +330,9 @@ def follow(root: Path, waits_on: list[Path], command: list[str], options: SlurmO
     job queued, or that none was since a follow-up job of root is queued already (one is enough)."""
     jobs = _job_ids(f for r in waits_on for f in Path(r).glob("grids/*/*/job_id"))
     waiting = sorted(held(jobs), key=int)
-    own = os.environ.get("SLURM_JOB_ID")  # a follow-up queues the next one while it runs
-    others = held({j: d for j, d in _job_ids((Path(root) / "follow").glob("*/job_id")).items() if j != own})
+    others = follow_ups(root, but=os.environ.get("SLURM_JOB_ID"))  # a follow-up queues the next one while it runs
     if others:
-        return f"no follow-up job: follow-up job {min(others, key=int)} is queued already"
+        return f"no follow-up job: follow-up job {others[0]} is queued already"
     workdir = stamped_dir(Path(root) / "follow")
     line = shlex.join(command)
     lines = [
