@@ -3,7 +3,9 @@
 Settings come from the grid file's [slurm] table, then the command line. Everything is checked
 and rendered before anything is written; the manifest and script are written, then sbatch
 submits the whole array at once (or refuses it: then the files are removed again), so a
-submission never happens half-way.
+submission never happens half-way. squeue says which submitted array tasks Slurm still holds, so
+that a submission again leaves their cells to them; `tune --follow` queues a small job behind the
+array jobs that runs the tune again once they have ended.
 """
 
 from __future__ import annotations
@@ -298,8 +300,8 @@ def _run_dirs(workdir: Path, tasks: list[str]) -> set[Path]:
     try:
         manifest = read_manifest(path)
         chunks = manifest["chunks"]
-        held = [chunks[int(t)] for t in tasks] if all(t.isdigit() for t in tasks) else chunks
-        return {Path(manifest["cells"][i]["run_dir"]) for chunk in held for group in chunk for i in group}
+        theirs = [chunks[int(t)] for t in tasks] if all(t.isdigit() for t in tasks) else chunks
+        return {Path(manifest["cells"][i]["run_dir"]) for chunk in theirs for group in chunk for i in group}
     except (OSError, ValueError, LookupError, TypeError) as err:
         raise SuiteError(f"cannot read {path}, whose array job Slurm still holds: {err!r}") from None
 
