@@ -19,7 +19,8 @@ def add(sub) -> None:
         "best point on fresh seeds; or add a method to a committed tuned board (--add)",
         description="Phase 1 runs every method's points on the tuning seeds under ROOT/tuning; phase 2 runs "
         "each method's best point on the final seeds under ROOT/final, with tuning.json beside them. Both "
-        "skip what is done: run it again to resume, or after a Slurm submission of phase 1 to submit phase 2. "
+        "skip what is done: run it again to resume, or on Slurm to submit what the runs before made drawable "
+        "(--follow N queues those calls as jobs). "
         "With --add, the methods of FILE are tuned under the protocol of the board --against names (its "
         "cells, N, seeds, common points, race), its final runs are linked into ROOT/final, and ROOT/board "
         "gets the new rows beside the board's, with their verdicts; the board's files are never written.",
