@@ -39,7 +39,7 @@ def add(sub) -> None:
         metavar="N",
         help="slurm: also queue a job that runs this command again once the array jobs it submitted have ended, "
         "and so on, at most N times in a row: a tune of R rounds needs R + 1 (the later rounds, the final runs, "
-        "then the cost and the record); more spare resubmissions of what failed or was cut short",
+        "then the cost and the record); a larger N leaves room to resubmit what failed or was cut short",
     )
 
 
