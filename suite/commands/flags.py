@@ -66,8 +66,8 @@ def wandb(p) -> None:
     )
 
 
-def backend(p) -> None:
-    """How cells run: grid's flags, which `tune` shares."""
+def backend(p):
+    """How cells run: grid's flags, which `tune` shares. Returns the group of Slurm's flags."""
     p.add_argument("--backend", choices=("local", "slurm"), default="local")
     rerun_changed(p)
     p.add_argument("--workers", type=int, default=1, help="local: processes at once, one group each (default 1)")
@@ -109,6 +109,7 @@ def backend(p) -> None:
         help="an extra #SBATCH line, e.g. --sbatch=--constraint=a100 (repeatable)",
     )
     sl.add_argument("--template", help="sbatch template (default slurm/array.sbatch)")
+    return sl
 
 
 def rerun_changed(p) -> None:

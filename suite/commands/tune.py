@@ -31,13 +31,13 @@ def add(sub) -> None:
     )
     p.add_argument("--against", metavar="BOARD", help="a tuned board (e.g. leaderboards/tuned) the methods join")
     flags.experiment(p)
-    flags.backend(p)
-    p.add_argument(
+    slurm = flags.backend(p)
+    slurm.add_argument(
         "--follow",
         type=int,
         default=0,
         metavar="N",
-        help="slurm: also queue a job that runs this command again once the array jobs it submitted have ended, "
+        help="also queue a job that runs this command again once the array jobs it submitted have ended, "
         "and so on, at most N times in a row: a tune of R rounds needs R + 1 (the later rounds, the final runs, "
         "then the cost and the record); a larger N leaves room to resubmit what failed or was cut short",
     )
