@@ -460,7 +460,11 @@ def test_a_followed_tune_finishes_by_itself_on_a_real_cluster(tmp_path):
     try:
         first = run_cli("tune", grid, "--backend", "slurm", "--root", root, "--follow", "3")
         assert first.returncode == 0 and "queued follow-up job" in first.stderr, first.stderr
-        wait_until(lambda: not any(squeue(name=job) for job in jobs), "every job of the tune gone", timeout=900)
+        wait_until(
+            lambda: (root / "final" / "cost.json").exists() and not any(squeue(name=job) for job in jobs),
+            "the tune's cost measured and every job of it gone",
+            timeout=900,
+        )
     finally:
         subprocess.run(["scancel", *(f"--name={job}" for job in jobs)], capture_output=True)
     logs = sorted((root / "follow").glob("*/logs/*.out"))
