@@ -328,6 +328,10 @@ def test_tune_follow_queues_itself_after_each_submission_until_the_tune_is_done(
     monkeypatch.setenv("SLURM_JOB_ID", "106")
     assert main(follow_up("106")) == 0  # the last: the final runs are done, the cost measured; nothing queued
     assert list(submitted())[-1] == "106" and (root / "final" / "cost.json").exists()
+    held.write_text("")  # and once it has ended, status points at its log
+    assert main(["status", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
+    log = submitted()["106"].parent / "logs" / "106.out"
+    assert f"no follow-up job is queued; the last, 106, has ended: its log is {log}" in capsys.readouterr().out
 
     # the same tune run here, every round at once: the same trials, choices and final runs
     monkeypatch.delenv("SLURM_JOB_ID")

@@ -23,7 +23,7 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from suite.launch import grid
-    from suite.launch.slurm import follow_ups, queued
+    from suite.launch.slurm import follow_ups, last_follow_up, queued
 
     g = grid.load(args.grid_file, args.root).only(args.experiment)
     if Path(args.root).exists() and not Path(args.root).is_dir():
@@ -36,8 +36,11 @@ def run(args) -> int:
         tuning = parse(g.tuning, str(g.path), g.name)
         for line in progress(g, tuning, Path(args.root)):
             print(line)
-        for job in _ask_slurm(follow_ups, root):
+        queued_follow_ups = _ask_slurm(follow_ups, root)
+        for job in queued_follow_ups:
             print(f"follow-up job {job} is queued: it runs the tune again once its array jobs have ended")
+        if not queued_follow_ups and (last := last_follow_up(root)) is not None:
+            print(f"no follow-up job is queued; the last, {last[0]}, has ended: its log is {last[1]}")
         cells, root = tuning_cells(g, tuning, root / "tuning"), root / "tuning"
     for line in status_lines(cells, args.root, _ask_slurm(queued, root), show_done=args.all):
         print(line)

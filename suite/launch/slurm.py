@@ -312,6 +312,15 @@ def follow_ups(root: str | Path, but: str | None = None) -> list[str]:
     return sorted(held(jobs), key=int)
 
 
+def last_follow_up(root: str | Path) -> tuple[str, Path] | None:
+    """The last follow-up job queued for root, and its log; None where none was."""
+    jobs = _job_ids((Path(root) / "follow").glob("*/job_id"))
+    if not jobs:
+        return None
+    job = max(jobs, key=int)
+    return job, jobs[job] / "logs" / f"{job}.out"
+
+
 FOLLOW = """#!/bin/bash
 # Written by `python -m suite {command}`: the same command again, once the array jobs it waits
 # for have ended, however they ended (it submits again what a failed or cancelled task left).
