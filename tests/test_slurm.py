@@ -332,6 +332,10 @@ def test_tune_follow_queues_itself_after_each_submission_until_the_tune_is_done(
     assert main(["status", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
     log = submitted()["106"].parent / "logs" / "106.out"
     assert f"no follow-up job is queued; the last, 106, has ended: its log is {log}" in capsys.readouterr().out
+    fake_command(tmp_path, "squeue", 'echo "Unable to contact slurm controller" >&2\nexit 1\n', monkeypatch)
+    assert main(["status", str(tmp_path / "g.toml"), "--root", str(root)]) == 0  # not knowing, it says so only
+    captured = capsys.readouterr()
+    assert "follow-up" not in captured.out and captured.err.startswith("warning: cannot tell")
 
     # the same tune run here, every round at once: the same trials, choices and final runs
     monkeypatch.delenv("SLURM_JOB_ID")

@@ -37,24 +37,24 @@ def run(args) -> int:
         for line in progress(g, tuning, Path(args.root)):
             print(line)
         queued_follow_ups = _ask_slurm(follow_ups, root)
-        for job in queued_follow_ups:
+        for job in queued_follow_ups or ():
             print(f"follow-up job {job} is queued: it runs the tune again once its array jobs have ended")
-        if not queued_follow_ups and (last := last_follow_up(root)) is not None:
+        if queued_follow_ups == [] and (last := last_follow_up(root)) is not None:
             print(f"no follow-up job is queued; the last, {last[0]}, has ended: its log is {last[1]}")
         cells, root = tuning_cells(g, tuning, root / "tuning"), root / "tuning"
-    for line in status_lines(cells, args.root, _ask_slurm(queued, root), show_done=args.all):
+    for line in status_lines(cells, args.root, _ask_slurm(queued, root) or set(), show_done=args.all):
         print(line)
     return 0
 
 
 def _ask_slurm(question, root: Path):
     """question(root) of suite.launch.slurm (which runs an array task Slurm still holds will run, which
-    follow-up jobs it holds); where squeue cannot answer, a warning, and nothing held."""
+    follow-up jobs it holds); where squeue cannot answer, a warning, and None."""
     try:
         return question(root)
     except SuiteError as err:
         print(f"warning: {err}", file=sys.stderr)
-        return set()
+        return None
 
 
 def status_lines(cells: list, root: str | Path, held: set[Path] = frozenset(), show_done: bool = False) -> list[str]:
