@@ -10,6 +10,7 @@ from conftest import REPO
 from suite.launch.grid import load
 from suite.launch.spaces import parse
 from suite.launch.tuning import cell_name, final_cells, tuning_cells
+from suite.results.tuning_record import record_of
 from suite.specs.presets import apply
 from suite.specs.spec import resolve, spec_id
 
@@ -68,8 +69,8 @@ def grid_ids(board: str) -> set[str]:
         found = tuning_cells(grid, tuning, root / "tuning")
         # final runs: the board's runs/, or final/ while a campaign's later experiments still tune
         for finals in ("runs", "final"):
-            record = root / finals / "tuning.json"  # none while the first tuning runs
-            chosen = json.loads(record.read_text())["chosen"] if record.exists() else []
+            record = record_of(root / finals)  # none while the first tuning runs; never-reached times as inf
+            chosen = record["chosen"] if record else []
             names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time has chosen for those only
             tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
             found += final_cells(tuned, tuning, chosen, root / finals)
