@@ -222,3 +222,18 @@ def test_a_board_whose_search_failed_in_a_cell_is_accepted_without_final_runs_th
     choice["final_runs"] = ["0" * 12]
     with pytest.raises(SuiteError, match="its final runs are not the chosen point's"):
         check_board(record, committed / "runs")
+
+
+def test_a_board_that_ran_a_failed_search_s_final_seeds_is_accepted(committed):
+    """Earlier versions of `suite tune` (the v3 headline board's) ran a failed search's final seeds: a
+    record that lists the chosen point's final runs agrees with the protocol too."""
+    from suite.launch.adding import check_board
+    from suite.results.tuning_record import record_of
+
+    record = record_of(committed / "runs")
+    choice = record["chosen"][0]
+    for trial in choice["tried"]:  # no trial reached the target; the tie-break still picks the point that ran
+        trial["times"], trial["median_time"] = [math.inf] * len(trial["times"]), math.inf
+        trial["median_best_val"] = 0.9 if trial["point"] == choice["chosen"] else 0.5
+    assert choice["final_runs"]
+    check_board(record, committed / "runs")  # no line: the record and the runs agree

@@ -2,7 +2,10 @@
 worked out by hand."""
 
 import csv
+import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -159,3 +162,22 @@ def test_a_quick_run_compares_with_the_committed_board_of_its_problem(tmp_path, 
     rows = _rows(tmp_path / "out")
     assert sorted((r["method_a"], r["method_b"]) for r in rows) == [("adam", "adam"), ("adamlr", "adamlr c=10")]
     assert all(r["seeds_a"] == "2" and r["seeds_b"] == "10" and r["budget"] == "50" for r in rows)
+
+
+def test_a_seed_run_under_two_stop_rules_counts_once(tmp_path, capsys):
+    # each root holds every seed twice, once with an early stop at chance: 3 seeds a side, not 6 pairs
+    # (6 pairs all one way would give p = 2 / 64 and "faster")
+    a, b = _roots(tmp_path, [400, 400, 500], [200, 200, 250])
+    for root in (a, b):
+        for run in list(Path(root).glob("*/seed*")):
+            copy = Path(root) / f"{run.parent.name}-chance" / run.name
+            shutil.copytree(run, copy)
+            for name in ("spec.json", "result.json"):
+                data = json.loads((copy / name).read_text())
+                (data if name == "spec.json" else data["spec"])["train"]["chance_patience"] = 500
+                (copy / name).write_text(json.dumps(data))
+    assert main(["compare", a, b, "--out", str(tmp_path / "out")]) == 0
+    (row,) = _rows(tmp_path / "out")
+    assert (row["seeds_a"], row["seeds_b"], row["paired"]) == ("3", "3", "True")
+    assert row["verdict"] == "not resolved (n = 3)"
+    assert "runs of a seed that also ran otherwise were left out" in capsys.readouterr().err

@@ -3,9 +3,11 @@ common points, winners flagged at an edge of their space, final runs watched pas
 race that stops trials which can no longer win without changing the winner."""
 
 import json
+import math
 import textwrap
 import tomllib
 
+import numpy as np
 import pytest
 import torch
 from conftest import PARITY_FIXED, as_cells
@@ -328,3 +330,30 @@ def test_a_trial_is_raced_at_the_evaluation_its_rival_in_the_stack_finishes(tmp_
         ("target held", 40, 20),
         ("raced", 40, None),
     ]
+
+
+def _choice(times: list[float]) -> dict:
+    median = float(np.median(times))
+    return {"chosen": 0, "tried": [{"point": 0, "times": times, "median_time": median, "median_best_val": 1.0}]}
+
+
+def test_a_winner_that_reached_the_target_on_one_tuning_seed_of_two_is_judged():
+    # its median is inf (the tie-break chose it), but the launcher ran its final seeds: they are judged
+    from suite.leaderboard.tuned import _withheld
+
+    searched = {("c", "mine"): _choice([800.0, math.inf]), ("c", "adam"): _choice([700.0, 900.0])}
+    assert _withheld("c", ("mine", "adam"), searched, {}) == ""
+    searched["c", "mine"] = _choice([math.inf, math.inf])
+    assert _withheld("c", ("mine", "adam"), searched, {}) == "mine's winner reached the target on no tuning seed"
+
+
+def test_neither_row_reaching_the_target_has_no_speed_up_and_no_interval():
+    from suite.leaderboard.stats import against_baseline
+    from suite.leaderboard.tables import interval_text
+
+    seeds = list(range(5))
+    row = {"seed_list": seeds, "times": [math.inf] * 5, "time_to_target": math.inf, "seeds": 5}
+    base = {"seed_list": seeds, "times": [math.inf] * 3 + [100.0, 200.0], "time_to_target": math.inf, "seeds": 5}
+    s = against_baseline(row, base)
+    assert interval_text(s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], "x") == "-"
+    assert s["verdict"] == "not resolved (n = 5)" and s["favours"] == -1

@@ -59,7 +59,7 @@ def block_of(readme_text: str) -> str:
 
 def shown_as(row: dict | None) -> str:
     """A verdict of tuning.md as the headline's table shows it: the speed-up and its interval, then the
-    verdict; a method with no row in a problem (its search found no working point there), "no row"."""
+    verdict; a method with no row in a problem (not tuned there), "no row"."""
     if row is None:
         return "no row"
     speedup, verdict = row["speed-up [95% CI]"], word(row["verdict"])
@@ -95,8 +95,11 @@ def test_the_headline_gives_tuning_md_s_verdicts_in_three_lines_a_table_and_a_fi
             assert len(rows) <= 1 and shown == shown_as(rows[0] if rows else None)
         assert overall == (shown_as(pooled[method]) if method in pooled else "no verdict")
     assert {row.split(" | ")[0].strip("| ") for row in table[1:]} == {"adamlr", "sgd"}  # the baseline is no row
-    # in k3 no adam or sgd trial reached the target: sgd has no row there, adamlr no baseline to be judged against
-    assert [row.split(" | ")[2] for row in table[1:]] == ["no verdict", "no row"]
+    # in k3 no adam or sgd trial reached the target: neither has final runs there, and tuning.md says so
+    assert [row.split(" | ")[2] for row in table[1:]] == ["no verdict", "no verdict"]
+    k3 = {r["method"]: r["verdict"] for r in per_problem if r["cell"] == "k3"}
+    assert k3["sgd"] == "no verdict: no final runs: its search reached the target on no tuning seed"
+    assert k3["adamlr"] == "no verdict: adam has no final runs: its search reached the target on no tuning seed"
     assert f"![each method's speed-up over its tuned baseline, per cell and over every cell]({FIGURE})" in text
     assert (tmp_path / FIGURE).read_bytes().startswith(b"\x89PNG")
     said = capsys.readouterr().out.splitlines()

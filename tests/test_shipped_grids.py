@@ -10,7 +10,7 @@ from conftest import REPO
 from suite.launch.grid import load
 from suite.launch.spaces import parse
 from suite.launch.tuning import cell_name, final_cells, tuning_cells
-from suite.results.tuning_record import record_of
+from suite.results.tuning_record import reached, record_of
 from suite.specs.presets import apply
 from suite.specs.spec import resolve, spec_id
 
@@ -71,6 +71,8 @@ def grid_ids(board: str) -> set[str]:
         for finals in ("runs", "final"):
             record = record_of(root / finals)  # none while the first tuning runs; never-reached times as inf
             chosen = record["chosen"] if record else []
+            # a failed search's final runs, which earlier versions of `suite tune` ran (reached's docstring)
+            ids |= {run for c in chosen if not reached(c) for run in c.get("final_runs") or []}
             names = {c["cell"] for c in chosen}  # a board tuned one experiment at a time has chosen for those only
             tuned = replace(grid, cells=[cell for cell in grid.cells if cell_name(cell) in names])
             found += final_cells(tuned, tuning, chosen, root / finals)

@@ -6,6 +6,7 @@ import math
 import shutil
 import textwrap
 
+import pandas as pd
 import pytest
 from conftest import ONE_POINT, PARITY_FIXED, TINY_FIXED
 from test_bad_input import refused, snapshot
@@ -71,6 +72,10 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
     written = generate(root / "final", tmp_path / "board")
     assert "tuning.md" in written and "[tuning](tuning.md)" in (tmp_path / "board" / "index.md").read_text()
+    # the cell pages judge nothing: a second, unadjusted verdict against another baseline could contradict tuning.md
+    pages = [p for p in (tmp_path / "board").glob("*.csv") if p.name not in ("profile.csv", "time_to_target.csv")]
+    assert pages and all(set(pd.read_csv(p, keep_default_na=False)["verdict"]) == {""} for p in pages)
+    assert "is judged in [tuning.md](tuning.md)" in pages[0].with_suffix(".md").read_text()
     verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
     sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)
     verdict = sgd.rstrip(" |").split("; ")[0]  # what follows a "; " is what it is read with
@@ -80,7 +85,7 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     assert f"lr={fmt_value(sgd_choice['lr'])} momentum=0.9" in sgd
     # a bound just above 1 prints the digits that put it above 1, as on the board (tables.bound_text)
     monkeypatch.setattr("suite.leaderboard.stats.speedup_interval", lambda *a: (1.0026, 1.5))
-    monkeypatch.setattr("suite.leaderboard.stats.permutation_p", lambda *a: 0.01)  # 5 pairs never reach 0.05
+    monkeypatch.setattr("suite.leaderboard.stats.rank_test", lambda *a: (0.01, 1))  # 5 pairs never reach 0.05
     generate(root / "final", tmp_path / "board")
     verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
     sgd = next(line for line in verdicts.splitlines() if "| sgd |" in line)

@@ -200,7 +200,8 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
     from suite.launch import grid
     from suite.launch.manifest import TO_RUN, changed_code, statuses
     from suite.launch.submit import run_grid
-    from suite.launch.tuning import choices, choose, final_cells, reached, tuning_cells
+    from suite.launch.tuning import choices, choose, final_cells, tuning_cells
+    from suite.results.tuning_record import reached
 
     known: set = set()  # the ids of the cells submitted (or found done or running) by this call
     declared: set = set()  # (cell, method) whose choice this call recorded

@@ -59,6 +59,7 @@ from suite.errors import SuiteError
 from suite.launch.grid import KINDS, Grid
 from suite.launch.spaces import Method, Tuning, natural
 from suite.results.rundir import RunDir, UnreadableFile, read_json
+from suite.results.tuning_record import reached
 from suite.specs.cell import Cell
 from suite.specs.spec import default_run_dir, refuse_loaded_code, resolve, spec_id
 
@@ -350,13 +351,6 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> l
                 run_dir = default_run_dir(spec, root)
                 cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-final", method.name))
     return list(cells.values())
-
-
-def reached(choice: dict) -> bool:
-    """Did the chosen trial reach the target on any tuning seed? Where none did, the search failed and
-    the tie-break picked its point by best val accuracy (then by index): its final runs are skipped."""
-    chosen = next(t for t in choice["tried"] if t["point"] == choice["chosen"])
-    return any(math.isfinite(time) for time in chosen["times"])
 
 
 def cost_specs(tuning: Tuning, record: dict, where: str) -> dict[str, dict]:

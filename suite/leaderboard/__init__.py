@@ -104,7 +104,7 @@ def generate(
     command += "".join(f" --untuned {os.path.normpath(str(other))}" for other in untuned)
     files, index = Files(), []
     if TRAIN in col.results:
-        index += training_pages(col, command, tau_max, files)
+        index += training_pages(col, command, tau_max, files, tuned=(Path(root) / "tuning.json").is_file())
     for s in registered("board"):
         if s.runner in col.results:
             index += s.fn(Board(col, col.results[s.runner], command, files, tuple(map(Path, untuned))))
@@ -212,12 +212,13 @@ DEFINITIONS = f"""\
 - **time to target**: median grok step over all seeds, a seed that failed counting as
   infinity (AlgoPerf), so `inf` when at least half the seeds failed.
 - **speed-up [95% CI]**: the baseline row's time to target / this row's (`inf`: only this row
-  reached the target; `0.00`: only the baseline did; `-`: neither), and a 95% bootstrap interval
-  over the seeds (paired by seed when both rows ran the same seeds). **p**: exact two-sided
-  permutation test on ranks (signed ranks when paired). **verdict**: `faster` / `slower` when
-  the interval lies above / below 1 and p < 0.05, with 5 seeds or more in both rows, else `not
-  resolved (n = k)` (5 pairs cannot give p below 0.0625). The **baseline** (`#k`) is, among
-  the cell's plain rows ({" or ".join(baseline.OPTIMIZERS)}, no filter, sampler {" / ".join(baseline.SAMPLERS)},
+  reached the target; `0.00`: only the baseline did; `-`: neither, and then no interval), and a
+  95% bootstrap interval over the seeds (paired by seed when both rows ran the same seeds). **p**:
+  exact two-sided permutation test on ranks (signed ranks when paired). **verdict**: `faster` /
+  `slower` when the interval lies above / below 1 and p < 0.05 with the ranks pointing the same
+  way, with 5 seeds or more in both rows, else `not resolved (n = k)` (5 pairs cannot give p below
+  0.0625). The **baseline** (`#k`) is, among the cell's plain rows
+  ({" or ".join(baseline.OPTIMIZERS)}, no filter, sampler {" / ".join(baseline.SAMPLERS)},
   loss {baseline.LOSS}), the one that agrees with the row on the most method settings; ties go
   to the faster baseline, then more seeds, then the label. A plain row is its own baseline.
 - **wall s**: median wall-clock seconds of the whole run (to its stop, not to the target),

@@ -18,6 +18,7 @@ calls a problem a cell, in its messages and its "cell" column.)
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from suite.leaderboard.speedup import (
     equivalence,
     median_interval,
     median_time,
-    permutation_p,
+    rank_test,
     ratio,
     speedup_interval,
     verdict,
@@ -103,11 +104,23 @@ def _groups(side: Side) -> dict:
             },
         )
         group["runs"].append((run.seed, run.budget, col.metrics.get(run.dir), col.result_of[run.dir]))
+    for group in groups.values():
+        group["runs"] = _one_per_seed(group["runs"])
     return groups
 
 
+def _one_per_seed(runs: list) -> list:
+    """A seed counts once in a group, as on a board (collect.one_run_per_seed): where it ran under two
+    stop rules, or two budgets, its longest budget stands for it, then the run that went furthest."""
+    order = sorted(runs, key=lambda r: (r[0], -r[1], -(r[3].get("steps") or 0)))
+    kept = [r for i, r in enumerate(order) if i == 0 or r[0] != order[i - 1][0]]
+    if len(kept) < len(runs):
+        print(f"note: {len(runs) - len(kept)} runs of a seed that also ran otherwise were left out", file=sys.stderr)
+    return kept
+
+
 def _times(group: dict, budget: int) -> tuple[list, list]:
-    runs = sorted(group["runs"], key=lambda r: r[0])
+    runs = group["runs"]  # in seed order, one run each
     return [r[0] for r in runs], [outcome(m, result, group["problem"], budget)["time"] for _, _, m, result in runs]
 
 
@@ -160,7 +173,7 @@ def _row(ga: dict, gb: dict, across: set) -> dict:
     seeds_b, times_b = _times(gb, budget)
     paired = seeds_a == seeds_b and _task_settings(ga["problem"]) == _task_settings(gb["problem"])
     low, high = speedup_interval(times_a, times_b, paired)
-    p = permutation_p(times_a, times_b, paired)
+    p, favours = rank_test(times_a, times_b, paired)
     eq_low, eq_high, equivalent = equivalence(times_a, times_b, paired)
     a_low, a_high = median_interval(times_a)
     b_low, b_high = median_interval(times_b)
@@ -186,7 +199,7 @@ def _row(ga: dict, gb: dict, across: set) -> dict:
         "speedup_ci_low": low,
         "speedup_ci_high": high,
         "p_value": p,
-        "verdict": verdict(low, high, p, min(len(times_a), len(times_b))),
+        "verdict": verdict(low, high, p, min(len(times_a), len(times_b)), favours),
         "eq_ci_low": eq_low,
         "eq_ci_high": eq_high,
         "equivalence": equivalent,
@@ -237,8 +250,8 @@ def to_markdown(table: pd.DataFrame, a: Side, b: Side) -> str:
             f"A: {side(a)}; B: {side(b)}. Time to target: the median held grok step over the seeds (a failed seed "
             "is inf), with a bootstrap interval. Speed-up: A's median / B's, so above 1 means B is faster, paired "
             "by seed when both sides ran the same seeds on the same data (the same task settings); the verdict "
-            "says `faster` (B faster) or `slower` only when the interval lies off 1 and p < 0.05, with 5 seeds or "
-            "more a side (5 pairs cannot give p below 0.0625). "
+            "says `faster` (B faster) or `slower` only when the interval lies off 1 and p < 0.05 with the rank test "
+            "pointing the same way, with 5 seeds or more a side (5 pairs cannot give p below 0.0625). "
             f"Equivalence: `equivalent within {m:.0%}` when the {EQUIVALENCE_LEVEL:.0%} interval of the speed-up lies "
             f"inside [1/{1 + m:g}, {1 + m:g}] (the margin declared before the runs, leaderboards/README.md), else `not "
             "shown equivalent`.\n",

@@ -87,7 +87,8 @@ def headline(readme: Path, board: str | Path | None, command: str) -> tuple[str,
         f"![each method's speed-up over its tuned baseline, per cell and over every cell]({FIGURE})\n",
         "Speed-up: the tuned baseline's median time to target (held grok step, a failed seed counting as infinity) "
         "over the tuned method's, on the final seeds, with its 95% interval; `faster` / `slower` only when the "
-        f"interval lies off 1 and the Holm-adjusted p is below 0.05. Every number is [tuning.md]({link}/tuning.md)'s, "
+        "interval lies off 1 and the Holm-adjusted p is below 0.05, its test pointing the same way. Every number is "
+        f"[tuning.md]({link}/tuning.md)'s, "
         "where the search, each row's settings, its cost and its p-values are.",
     ]
     return _block(command, lines), figure(names, per_problem, methods, judged)
@@ -174,8 +175,7 @@ def _table(names, per_problem, methods, judged) -> str:
 
 
 def _cell_text(speedup: str, verdict: str) -> str:
-    """A verdict cell of the table: a row's verdict; "no verdict" where it has none (its baseline has no
-    row in that problem)."""
+    """A verdict cell of the table: a row's verdict; "no verdict" where it has none (tuning.md says why)."""
     if speedup == "-":
         return "no verdict" if word(verdict) == "-" else word(verdict)
     return f"{speedup} **{word(verdict)}**"
@@ -207,7 +207,7 @@ def _number(text: str) -> float:
 def _interval(text: str) -> tuple[float, float, float] | None:
     """'2.04x [1.29x, 3.24x]' -> (2.04, 1.29, 3.24); None for '-'."""
     found = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", text)
-    return None if found is None else tuple(_number(x) for x in found.groups())
+    return None if found is None or found.group(1) == "-" else tuple(_number(x) for x in found.groups())
 
 
 def figure(names, per_problem, methods, judged) -> bytes | None:

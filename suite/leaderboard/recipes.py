@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.leaderboard.collect import Collection, collect
-from suite.leaderboard.speedup import MIN_SEEDS, median_time, permutation_p, ratio, speedup_interval
+from suite.leaderboard.speedup import MIN_SEEDS, median_time, rank_test, ratio, speedup_interval
 from suite.leaderboard.stats import outcome
 
 ALIASES = {"adamw": "adam", "adamwlr": "adamlr"}  # the same optimizer with decoupled decay
@@ -85,7 +85,7 @@ def recipes_against(row: dict, problem: dict, others: list[Collection]) -> list[
 
 def _compare(col: Collection, method: dict, seeds: list[int], ours: list[float], theirs: list[float]) -> Recipe:
     low, high = speedup_interval(ours, theirs, paired=True)
-    p = permutation_p(ours, theirs, paired=True)
+    p, _ = rank_test(ours, theirs, paired=True)
     neither = math.isinf(median_time(ours)) and math.isinf(median_time(theirs))
     speedup = math.nan if neither else ratio(median_time(ours), median_time(theirs))
     return Recipe(

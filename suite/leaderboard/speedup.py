@@ -15,10 +15,12 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   of the pairs (seeds where both failed are ties and drop out); unpaired, the Mann-Whitney rank
   sum over every relabelling of the pooled seeds. The null distributions are counted exactly
   (the number of subsets of ranks with each sum), not sampled.
-- verdict: "faster" when the interval's low end is above 1 AND p < ALPHA (0.05), with 5 seeds or
-  more in each row; "slower" when its high end is below 1 and p < ALPHA, likewise; else "not
-  resolved (n = k)". So the word never contradicts either number printed beside it, and a verdict
-  is a two-sided test at 5%, per row (a board's many rows are not adjusted together). The interval
+- verdict: "faster" when the interval's low end is above 1 AND p < ALPHA (0.05) AND the test
+  points the same way (the row's times rank lower: rank_test's `favours`), with 5 seeds or more in
+  each row; "slower" when its high end is below 1, p < ALPHA and the test points to the baseline,
+  likewise; else "not resolved (n = k)". So the word never contradicts either number printed beside
+  it, and a verdict is a two-sided test at 5%, per row (a board's many rows are not adjusted
+  together; holm() adjusts a family). The interval
   alone would not do: with 5 pairs it lies off 1 only when all 5 per-seed ratios do (a resample
   holding one seed 3 times or more, 5.8% of them, gives that seed's ratio; 5 seeds all one way
   keep every resample's medians in that order), so "the interval excludes 1" meant "5 of 5 seeds
@@ -29,13 +31,15 @@ failed seed is infinite, so the uncertainty comes from resampling the seeds, not
   interval is usually the stricter, and the verdict takes whichever is.
 - pooled: one method against its baseline over several problems, one verdict: the geometric mean of
   the problems' speed-ups with a bootstrap interval (seeds resampled within each problem) and an exact
-  sign test over every paired seed. holm() adjusts the p-values of a family (the methods of a
-  board) before verdict() reads them again.
+  sign test over every paired seed, which points the way more seeds went. holm() adjusts the p-values
+  of a family (the methods of a board) before verdict() reads them again.
 - equivalence: "no difference" is a claim of its own. With the margin m declared before the runs
   (EQUIVALENCE_MARGIN, for every board), "equivalent within m" when the 90% bootstrap interval of
   the speed-up lies inside [1 / (1 + m), 1 + m] (two one-sided tests at 5% each, as an interval)
-  and both rows have 5 seeds or more; else "not shown equivalent (n = k)". An interval that merely
-  contains 1 is absence of evidence, and says nothing of equivalence.
+  and both rows have 5 seeds or more; else "not shown equivalent (n = k)". Here a resample where
+  neither row reached the target counts as outside the margin, not as a tie: two rows that both
+  fail are not shown to take the same time. An interval that merely contains 1 is absence of
+  evidence, and says nothing of equivalence.
 """
 
 from __future__ import annotations
@@ -57,20 +61,21 @@ def median_time(times) -> float:
     return float(np.median(np.asarray(times, dtype=float)))
 
 
-def ratio(baseline: np.ndarray | float, row: np.ndarray | float):
-    """baseline / row for times that may be infinite: both infinite is a tie (1), a row at 0 is
-    infinitely faster unless the baseline is at 0 too."""
+def ratio(baseline: np.ndarray | float, row: np.ndarray | float, both_failed: float = 1.0):
+    """baseline / row for times that may be infinite: both infinite is `both_failed` (a tie, 1, unless
+    said otherwise), a row at 0 is infinitely faster unless the baseline is at 0 too."""
     b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(np.isinf(b) & np.isinf(r), 1.0, b / np.where(r == 0, 1.0, r))
+        out = np.where(np.isinf(b) & np.isinf(r), both_failed, b / np.where(r == 0, 1.0, r))
     out = np.where(r == 0, np.where(b == 0, 1.0, math.inf), out)
     return float(out) if out.ndim == 0 else out
 
 
 def speedup_interval(
-    baseline: list[float], row: list[float], paired: bool, level: float = LEVEL
+    baseline: list[float], row: list[float], paired: bool, level: float = LEVEL, both_failed: float = 1.0
 ) -> tuple[float, float]:
-    """The bootstrap interval of median(baseline) / median(row); paired: the lists are aligned by seed."""
+    """The bootstrap interval of median(baseline) / median(row); paired: the lists are aligned by seed;
+    both_failed: what a resample where neither median is finite counts as (ratio's)."""
     rng = np.random.default_rng(0)
     b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
     if paired:
@@ -80,7 +85,7 @@ def speedup_interval(
         b_med = np.median(b[rng.integers(0, len(b), (RESAMPLES, len(b)))], axis=1)
         r_med = np.median(r[rng.integers(0, len(r), (RESAMPLES, len(r)))], axis=1)
     tail = (1 - level) / 2
-    lo, hi = np.quantile(ratio(b_med, r_med), [tail, 1 - tail], method="inverted_cdf")
+    lo, hi = np.quantile(ratio(b_med, r_med, both_failed), [tail, 1 - tail], method="inverted_cdf")
     return float(lo), float(hi)
 
 
@@ -93,26 +98,31 @@ def median_interval(times: list[float]) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def permutation_p(baseline: list[float], row: list[float], paired: bool) -> float:
-    """Exact two-sided p-value of 'the row and its baseline take the same time' (see the module)."""
+def rank_test(baseline: list[float], row: list[float], paired: bool) -> tuple[float, int]:
+    """Exact two-sided p-value of 'the row and its baseline take the same time' (see the module), and
+    the way the ranks point: favours = 1 where the row's times rank lower (it is faster), -1 where
+    the baseline's do, 0 at the centre of the null distribution."""
     b, r = np.asarray(baseline, dtype=float), np.asarray(row, dtype=float)
     if paired:
         with np.errstate(invalid="ignore", divide="ignore"):
             d = np.where(b == r, 0.0, np.log(b) - np.log(r))  # inf - inf is a tie, not nan
         d = d[d != 0]
         if not len(d):
-            return 1.0
+            return 1.0, 0
         ranks = _doubled(rankdata(np.abs(d)))
-        observed = ranks[d > 0].sum()
+        observed = ranks[d > 0].sum()  # the ranks of the seeds the row was faster on
         counts = _subset_sums(ranks, size=None)
+        sign = 1
     else:
         ranks = _doubled(rankdata(np.concatenate([b, r])))
-        observed = ranks[len(b) :].sum()
+        observed = ranks[len(b) :].sum()  # the row's ranks: low when its times are short
         counts = _subset_sums(ranks, size=len(r))
+        sign = -1
     sums = np.arange(len(counts))
     centre = (counts * sums).sum() / counts.sum()
     extreme = np.abs(sums - centre) >= abs(observed - centre) - 1e-9
-    return float(counts[extreme].sum() / counts.sum())
+    favours = 0 if abs(observed - centre) < 1e-9 else sign * int(np.sign(observed - centre))
+    return float(counts[extreme].sum() / counts.sum()), favours
 
 
 def _doubled(ranks: np.ndarray) -> np.ndarray:
@@ -137,13 +147,14 @@ def _subset_sums(values: np.ndarray, size: int | None) -> np.ndarray:
     return table[size]
 
 
-def verdict(low: float, high: float, p: float, n: int) -> str:
+def verdict(low: float, high: float, p: float, n: int, favours: int) -> str:
     """low, high: the speed-up's 95% interval; p: the two-sided p printed beside it (Holm-adjusted
-    where it is one of a family); n: the seeds of the smaller of the two rows (of the smallest problem)."""
+    where it is one of a family); n: the seeds of the smaller of the two rows (of the smallest problem);
+    favours: the way the test behind p points (rank_test's; pooled's sign test)."""
     resolved = n >= MIN_SEEDS and p < ALPHA
-    if resolved and low > 1:
+    if resolved and low > 1 and favours > 0:
         return "faster"
-    if resolved and high < 1:
+    if resolved and high < 1 and favours < 0:
         return "slower"
     return f"not resolved (n = {n})"
 
@@ -168,7 +179,8 @@ def pooled(problems: list[tuple[list[float], list[float]]]) -> dict:
     high: its 95% percentile bootstrap, the seeds resampled within each problem, both rows' times of a
     seed together; wins / losses / ties: the paired seeds of every problem where the method took less /
     more / the same time (both failed is a tie); p: the exact two-sided sign test of wins against
-    losses (ties dropped); n: the seeds of the smallest problem; verdict: verdict() with that p and n."""
+    losses (ties dropped), favours: 1 / -1 where wins / losses are more, 0 at equal counts; n: the seeds
+    of the smallest problem; verdict: verdict() with that p, n and favours."""
     pairs = [(np.asarray(b, dtype=float), np.asarray(r, dtype=float)) for b, r in problems]
     if any(len(b) != len(r) for b, r in pairs):
         raise ValueError("pooled() takes each problem's baseline and method times aligned by seed")
@@ -184,6 +196,7 @@ def pooled(problems: list[tuple[list[float], list[float]]]) -> dict:
     base, row = np.concatenate([b for b, _ in pairs]), np.concatenate([r for _, r in pairs])
     wins, losses = int((row < base).sum()), int((row > base).sum())
     p = binomtest(wins, wins + losses).pvalue if wins + losses else 1.0
+    favours = int(np.sign(wins - losses))
     n = min(len(b) for b, _ in pairs)
     medians = np.array([[np.median(b), np.median(r)] for b, r in pairs])
     speedup = _geometric_mean_ratio(medians[:, 0], medians[:, 1])
@@ -195,9 +208,10 @@ def pooled(problems: list[tuple[list[float], list[float]]]) -> dict:
         "losses": losses,
         "ties": len(base) - wins - losses,
         "p": float(p),
+        "favours": favours,
         "n_pairs": len(base),
         "n": n,
-        "verdict": verdict(float(low), float(high), float(p), n),
+        "verdict": verdict(float(low), float(high), float(p), n, favours),
     }
 
 
@@ -217,7 +231,7 @@ def equivalence(
     baseline: list[float], row: list[float], paired: bool, margin: float = EQUIVALENCE_MARGIN
 ) -> tuple[float, float, str]:
     """The speed-up's EQUIVALENCE_LEVEL interval and the equivalence verdict (see the module)."""
-    low, high = speedup_interval(baseline, row, paired, EQUIVALENCE_LEVEL)
+    low, high = speedup_interval(baseline, row, paired, EQUIVALENCE_LEVEL, both_failed=math.inf)
     n = min(len(baseline), len(row))
     inside = n >= MIN_SEEDS and 1 / (1 + margin) <= low and high <= 1 + margin
     return low, high, f"equivalent within {margin:.0%}" if inside else f"not shown equivalent (n = {n})"

@@ -11,7 +11,7 @@ import pandas as pd
 from suite.engine.milestones import Milestones
 from suite.leaderboard.baseline import is_plain, pick_baseline
 from suite.leaderboard.collect import Collection
-from suite.leaderboard.speedup import median_time, permutation_p, ratio, speedup_interval, verdict
+from suite.leaderboard.speedup import median_time, rank_test, ratio, speedup_interval, verdict
 
 TAU_MAX = 4.0  # AlgoPerf's
 
@@ -108,13 +108,15 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
 
 
 def against_baseline(row: dict, base: dict | None) -> dict:
-    """The row's speed-up over its baseline, with its interval, p-value and verdict
-    (suite/leaderboard/speedup.py). Paired by seed when both rows ran the same seeds."""
+    """The row's speed-up over its baseline, with its interval, p-value, the way the test points and
+    the verdict (suite/leaderboard/speedup.py). Paired by seed when both rows ran the same seeds. Where
+    neither row's median reached the target there is no ratio of medians, and so no interval of it."""
     none = {
         "speedup": math.nan,
         "speedup_ci_low": math.nan,
         "speedup_ci_high": math.nan,
         "p_value": math.nan,
+        "favours": 0,
         "verdict": "",
     }
     if base is None:
@@ -122,20 +124,24 @@ def against_baseline(row: dict, base: dict | None) -> dict:
     if base is row:
         return none | {"speedup": 1.0, "verdict": "baseline"}
     paired = row["seed_list"] == base["seed_list"]
+    p, favours = rank_test(base["times"], row["times"], paired)
+    n = min(row["seeds"], base["seeds"])
+    if math.isinf(base["time_to_target"]) and math.isinf(row["time_to_target"]):
+        return none | {"p_value": p, "favours": favours, "verdict": f"not resolved (n = {n})"}
     low, high = speedup_interval(base["times"], row["times"], paired)
-    p = permutation_p(base["times"], row["times"], paired)
-    neither = math.isinf(base["time_to_target"]) and math.isinf(row["time_to_target"])
     return {
-        "speedup": math.nan if neither else ratio(base["time_to_target"], row["time_to_target"]),
+        "speedup": ratio(base["time_to_target"], row["time_to_target"]),
         "speedup_ci_low": low,
         "speedup_ci_high": high,
         "p_value": p,
-        "verdict": verdict(low, high, p, min(row["seeds"], base["seeds"])),
+        "favours": favours,
+        "verdict": verdict(low, high, p, n, favours),
     }
 
 
-def problem_tables(col: Collection) -> pd.DataFrame:
-    """One row per (problem, method), with the baseline chosen and the row numbers within the problem."""
+def problem_tables(col: Collection, judged: bool = True) -> pd.DataFrame:
+    """One row per (problem, method), with the baseline chosen and the row numbers within the problem;
+    judged: each row's speed-up and verdict against that baseline (a tuned board judges elsewhere)."""
     out = []
     for problem_id, runs in col.runs.groupby("problem_id", sort=True):
         budget = int(runs["budget"].min())
@@ -160,7 +166,7 @@ def problem_tables(col: Collection) -> pd.DataFrame:
                     **summarise(outcomes, group["wall_s"]),
                 }
             )
-        candidates = [r for r in rows if is_plain(r["settings"])]
+        candidates = [r for r in rows if is_plain(r["settings"])] if judged else []
         for r in rows:
             base = pick_baseline(r["settings"], candidates)
             r["baseline"] = base["method"] if base else None

@@ -12,6 +12,8 @@ import re
 
 import pandas as pd
 
+from suite.leaderboard.speedup import ALPHA
+
 
 def fmt_value(value) -> str:
     if isinstance(value, bool) or value is None:
@@ -72,7 +74,14 @@ def interval_text(x: float, low: float, high: float, unit: str = "") -> str:
 
 
 def p_text(p: float) -> str:
-    return "-" if math.isnan(p) else f"{p:.2g}"
+    """Two significant digits, more where rounding would carry a p below ALPHA up to it (0.0496 is
+    not printed as 0.05 beside a verdict that p < 0.05 made)."""
+    if math.isnan(p):
+        return "-"
+    digits = 2
+    while p < ALPHA <= float(f"{p:.{digits}g}"):
+        digits += 1
+    return f"{p:.{digits}g}"
 
 
 def md_table(header: list[str], rows: list[list[str]], right: set[int]) -> str:

@@ -5,10 +5,11 @@ the cost (cost.json), no delay left to shorten, a winner at an edge of its space
 studies/tuning.py writes them into tuning.md, and a summary can read them from here alike.
 
 Per problem, a verdict is withheld (with the reason) where a search found no point that reached the target
-on its tuning seeds, or where an untuned run of the row's family in an identical problem beats the tuned
-row: either way the tuning, not the method, was measured. The pooled verdict of a method takes every
-problem where it was judged: the sign of every paired seed (exact sign test) and the geometric mean of
-the per-problem speed-ups with a stratified bootstrap interval (speedup.pooled).
+on any of its tuning seeds, or where an untuned run of the row's family in an identical problem beats the
+tuned row: either way the tuning, not the method, was measured; and where the row or its baseline has no
+final runs. The pooled verdict of a method takes every problem where it was judged: the sign of every
+paired seed (exact sign test) and the geometric mean of the per-problem speed-ups with a stratified
+bootstrap interval (speedup.pooled).
 
 A problem is named here as tuning.json names the base cell a method was tuned in (a choice's "cell":
 suite/launch/tuning.py's cell_name, the grid cell without its method and seed), whose final runs are
@@ -29,6 +30,7 @@ from suite.leaderboard.speedup import holm, pooled, verdict
 from suite.leaderboard.stats import TAU_MAX, against_baseline, performance_profile, problem_tables
 from suite.leaderboard.tables import interval_text
 from suite.results.rundir import UnreadableFile, read_json
+from suite.results.tuning_record import reached
 
 NO_DELAY = 0.10  # a tuned baseline whose delay is at most this share of its time to target has none left
 
@@ -39,7 +41,7 @@ class Verdict:
 
     problem: str  # its name in tuning.json (a choice's "cell")
     method: str
-    row: dict  # its row of stats.problem_tables
+    row: dict | None  # its row of stats.problem_tables; None where it has no final runs (withheld says why)
     settings: dict  # the settings it ran with: its chosen point, and the shared ones its method fixes
     cost: dict | None  # its entry of cost.json
     baseline: str | None
@@ -81,19 +83,20 @@ def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement
     )
     searched = {(c["cell"], c["method"]): c for c in record["chosen"]}
     verdicts, pairs = [], {}
-    for (problem, method), row in rows.items():
+    for c in record["chosen"]:
+        problem, method = c["cell"], c["method"]
         base_name = record["methods"][method].get("baseline")
-        v = Verdict(
-            problem,
-            method,
-            row,
-            ran_with(record, searched[problem, method]),
-            cost.get(f"{problem}/{method}"),
-            base_name,
-        )
+        row = rows.get((problem, method))
+        v = Verdict(problem, method, row, ran_with(record, c), cost.get(f"{problem}/{method}"), base_name)
         verdicts.append(v)
+        if row is None:
+            v.withheld = f"no final runs: {_missing(c)}"
+            continue
+        if base_name is None:  # the baseline's own row
+            continue
         base = rows.get((problem, base_name))
         if base is None:
+            v.withheld = f"{base_name} has no final runs: {_missing(searched[problem, base_name])}"
             continue
         v.notes = _notes(base, [searched[problem, name] for name in (method, base_name)])
         v.withheld = _withheld(problem, (method, base_name), searched, checks)
@@ -105,13 +108,19 @@ def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement
     judged = [v for v in verdicts if v.speedup is not None]
     for v, p in zip(judged, holm([v.speedup["p_value"] for v in judged])):
         n = min(v.row["seeds"], rows[v.problem, v.baseline]["seeds"])
-        v.p_holm, v.verdict = p, verdict(v.speedup["speedup_ci_low"], v.speedup["speedup_ci_high"], p, n)
+        s = v.speedup
+        v.p_holm, v.verdict = p, verdict(s["speedup_ci_low"], s["speedup_ci_high"], p, n, s["favours"])
     return Judgement(verdicts, _pooled(pairs, record), checks)
+
+
+def _missing(choice: dict) -> str:
+    """Why a choice has no final runs on the board."""
+    return "its search reached the target on no tuning seed" if not reached(choice) else "not under this root yet"
 
 
 def _withheld(problem: str, names: tuple, searched: dict, checks: dict) -> str:
     """Why a comparison of these two tuned rows would measure their tuning: "" if it would not."""
-    no_search = [name for name in names if not worked(searched[problem, name])]
+    no_search = [name for name in names if not reached(searched[problem, name])]
     if no_search:
         whose = {1: f"{no_search[0]}'s winner", 2: "both winners"}[len(no_search)]
         return f"{whose} reached the target on no tuning seed"
@@ -134,7 +143,7 @@ def _pooled(pairs: dict, record: dict) -> list[Pooled]:
     found = {m: pooled([(b, r) for _, b, r in paired]) for m, paired in pairs.items()}
     out = []
     for (method, numbers), p in zip(found.items(), holm([f["p"] for f in found.values()])):
-        word = verdict(numbers["low"], numbers["high"], p, numbers["n"])
+        word = verdict(numbers["low"], numbers["high"], p, numbers["n"], numbers["favours"])
         problems = [problem for problem, _, _ in pairs[method]]
         out.append(Pooled(method, record["methods"][method]["baseline"], problems, numbers, p, word))
     return out
@@ -204,6 +213,6 @@ def chosen(choice: dict) -> dict:
     return next(t for t in choice["tried"] if t["point"] == choice["chosen"])
 
 
-def worked(choice: dict) -> bool:
-    """The chosen point reached the target (a finite median time on the tuning seeds), not the tie-break."""
+def by_time(choice: dict) -> bool:
+    """The chosen point won by its median time on the tuning seeds (a finite one), not by the tie-break."""
     return math.isfinite(chosen(choice)["median_time"])

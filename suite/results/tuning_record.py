@@ -86,6 +86,15 @@ def record_of(root: Path) -> dict | None:
     return record
 
 
+def reached(choice: dict) -> bool:
+    """Did a choice's chosen trial reach the target on any tuning seed? Where none did, the search failed
+    and the tie-break picked its point by best val accuracy: its final runs could give no verdict, and
+    are skipped (earlier versions of `suite tune` ran them, and the boards they wrote hold them: a board
+    reads them, and gives no verdict either)."""
+    chosen = next(t for t in choice["tried"] if t["point"] == choice["chosen"])
+    return any(math.isfinite(time) for time in chosen["times"])
+
+
 def _is_record(record) -> bool:
     """Does tuning.json hold what `write_record` writes, with every field its readers use?"""
     fields = dict(grid=str, trials=int, tuning_seeds=list, final_seeds=list, methods=dict, chosen=list)

@@ -15,7 +15,7 @@ from suite.leaderboard.speedup import median_interval
 from suite.leaderboard.stats import TAU_MAX
 from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, milestone_text, p_text, steps_text
-from suite.leaderboard.tuned import NO_DELAY, Judgement, chosen, judge, profile_by_method, worked
+from suite.leaderboard.tuned import NO_DELAY, Judgement, by_time, chosen, judge, profile_by_method
 from suite.results.result import TRAIN
 from suite.results.rundir import UnreadableFile
 from suite.results.tuning_record import record_of
@@ -76,7 +76,7 @@ def tuning(board: Board) -> list[str]:
                     c["method"],
                     str(c["chosen"]) + (f" (round {chosen(c)['round'] + 1})" if len(rounds) > 1 else ""),
                     _settings(c["settings"]) + (f" (at an edge: {', '.join(c['edges'])})" if c.get("edges") else ""),
-                    steps_text(chosen(c)["median_time"]) + ("" if worked(c) else " (tie-break)"),
+                    steps_text(chosen(c)["median_time"]) + ("" if by_time(c) else " (tie-break)"),
                     ", ".join(
                         steps_text(t["median_time"]) + (" (raced)" if any(t.get("raced", [])) else "")
                         for t in c["tried"]
@@ -88,7 +88,7 @@ def tuning(board: Board) -> list[str]:
         ),
         *_runners_up(record),
     ]
-    rows = {(v.problem, v.method): v.row for v in judgement.verdicts}
+    rows = {(v.problem, v.method): v.row for v in judgement.verdicts if v.row is not None}
     lines += _common_points(record) + _verdicts(judgement) + _recipe_table(judgement.checks)
     lines += _pooled(judgement) + _profile(rows, record) + _figures(board, record, judgement)
     board.files.add("tuning.md", "\n".join(lines))
@@ -159,6 +159,10 @@ def _verdicts(judgement: Judgement) -> list[str]:
     out = []
     for v in judgement.verdicts:
         row = v.row
+        if row is None:
+            line = [v.problem, v.method, _settings(v.settings), *["-"] * 6]
+            out.append(line + [v.baseline or "-", "-", "-", "-", f"no verdict: {v.withheld}"])
+            continue
         low, high = median_interval(row["times"])
         delay = milestone_text(row["delay_median"], row["delay_min"], row["delay_max"], row["n_delay"], row["seeds"])
         line = [v.problem, v.method, _settings(v.settings), f"{row['grokked']}/{row['seeds']}"]
@@ -188,7 +192,7 @@ def _verdicts(judgement: Judgement) -> list[str]:
         "by seed (`-` when neither reached the target), with a 95% bootstrap interval and the exact p of a "
         f"signed-rank test; p (Holm): adjusted over the {judged} comparisons of this table. `faster` only when "
         "the interval lies above 1 and the Holm-adjusted p is below 0.05 (so the word never contradicts either "
-        "number), with 5 seeds or more a row; `slower` the mirror. "
+        "number), the signed-rank test pointing the same way, and 5 seeds or more a row; `slower` the mirror. "
         "A method, or a baseline, whose search found no point that reached the target on the tuning seeds gets "
         "no verdict (a failure of the search); so does a row that an untuned run of its family in an identical "
         "cell beats (tuning failed: see the recipe check). Delay: grok - memorization, median [range] over the "
@@ -223,7 +227,8 @@ def _pooled(judgement: Judgement) -> list[str]:
         "seeds where it reached the target sooner / later / tied with the baseline (both never, or the same step), "
         "the geometric mean over cells of the speed-up with a 95% bootstrap interval (seeds resampled within each "
         "cell, paired), the exact two-sided sign test over every paired seed, and its p Holm-adjusted over the "
-        f"{len(table)} methods. `faster` when the interval lies above 1 and the adjusted p is below 0.05.\n",
+        f"{len(table)} methods. `faster` when the interval lies above 1, the adjusted p is below 0.05 and more "
+        "seeds were sooner than later; `slower` the mirror.\n",
         md_table(header + ["p (Holm)", "verdict"], table, right={3, 4, 5, 6}),
     ]
 
