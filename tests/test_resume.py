@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import cli, metrics_text, wait_for_step
 
-from suite.results.rundir import RunDir, write_json
+from suite.results.rundir import RunDir, RunLocked, write_json
 
 # A run that takes a few seconds, checkpoints every 100 steps and never stops early.
 LONG = [
@@ -149,7 +149,7 @@ def test_a_torn_last_metrics_line_does_not_stop_a_resume(tmp_path):
 WRITER = """
 import json, sys, time
 from pathlib import Path
-from suite.results.rundir import RunDir, write_json
+from suite.results.rundir import RunDir, RunLocked, write_json
 from suite.specs.spec import default_run_dir
 root, i = Path(sys.argv[1]), int(sys.argv[2])
 while not (root / "go").exists():
@@ -210,3 +210,47 @@ def test_64_concurrent_writers_into_one_results_folder_lose_nothing(tmp_path):
         assert rd.status() == "done"
         assert len(rd.read_metrics()) == 50
     assert not [p for p in root.rglob("*.tmp")]  # no temporary file left behind
+
+
+def test_a_resume_that_diverges_at_its_first_evaluation_keeps_the_last_one_before(tmp_path, monkeypatch):
+    # a run never stopped reports its last finite evaluation; resumed, it knew none until it evaluated again
+    from suite.cli import main
+    from suite.engine.stack import Stack
+
+    out = preempted(tmp_path)
+    last = json.loads(metrics_text(out).splitlines()[-1])
+    monkeypatch.setattr(Stack, "evaluate", lambda self, step: [None] * len(self.live))  # diverged at once
+    assert main(["run", *LONG, "--out", str(out)]) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["stop_reason"] == "diverged"
+    assert (result["final_val_acc"], result["final_train_loss"]) == (last["val_acc"], last["train_loss"])
+
+
+def test_a_folder_another_process_runs_in_is_never_discarded(tmp_path):
+    # --rerun-changed empties a run made by other code: never one whose owner still trains in it
+    owner = RunDir(tmp_path / "run")
+    owner.lock()  # flock is per open file: a second open in this process is another process to it
+    (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(RunLocked):
+        RunDir(tmp_path / "run").discard()
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
+    owner.unlock()
+    RunDir(tmp_path / "run").discard()
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_lock_given_up_while_another_waits_on_it_is_held_by_one_process_at_a_time(tmp_path):
+    # abandon() removes the folder its lock() made: a process that was waiting on the old lock file
+    # must not hold a lock on a file no longer there while a third locks the new one
+    import threading
+
+    first, waiter = RunDir(tmp_path / "a" / "run"), RunDir(tmp_path / "a" / "run")
+    first.lock()
+    got = threading.Thread(target=waiter.lock, kwargs={"tries": 200})  # up to 10 s
+    got.start()
+    time.sleep(0.3)  # the waiter is retrying on the lock file first holds
+    first.abandon()
+    got.join()
+    assert waiter._lock is not None and (tmp_path / "a" / "run" / ".lock").exists()
+    with pytest.raises(RunLocked):
+        RunDir(tmp_path / "a" / "run").lock(tries=2)

@@ -591,3 +591,15 @@ def wait_until(condition, what: str, timeout: float = 300) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_path_with_a_line_break_never_reaches_a_job_script(tmp_path, capsys):
+    # after the break, the rest of the path would be a line of shell in job.sbatch
+    grid = tmp_path / "x\ntouch PWNED" / "g.toml"
+    grid.parent.mkdir()
+    shutil.copy(TINY, grid)
+    argv = ["grid", str(grid), "--backend", "slurm", "--dry-run", "--root", str(tmp_path / "runs")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "a path with a line break cannot go into a Slurm job script" in err[-1]
+    assert not (tmp_path / "runs").exists()

@@ -133,6 +133,7 @@ class Member(Built):
         for record in self.history:
             self.milestones.update(record)
             self.chance.update(record, self.milestones.memorization_step is not None)
+        self.record = self.history[-1] if self.history else None  # as a run never stopped holds it
         self.metrics_file = self.run_dir.restart_metrics(self.history)
 
     def write(self, record: dict) -> None:

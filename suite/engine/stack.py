@@ -121,9 +121,12 @@ class Stack:
                     self.model.alone(), data.x_train, data.y_train, self.loss_fn, self.cfg.eval_batch
                 )
             records.append(record)
+        return records
+
+    def restart_running(self) -> None:
+        """The running train accuracy counts anew from an evaluation (once its records are written)."""
         self.running_correct.zero_()
         self.running_seen = 0
-        return records
 
     def _measure(self) -> tuple[dict, dict]:
         """On the device: the [K] columns every record holds, and what the host needs besides (the

@@ -215,10 +215,11 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare, stop: _StopFlag
                 m.write(evaluation | {"elapsed_s": round(m.wall_before + clock.now(), 3)})
                 if stack.cfg.keep_weights:
                     m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
+            stack.restart_running()  # not in evaluate(): a signal may end that, and the counts are checkpointed
             stops = []  # the index in the stack of each member that stops here
             try:
                 for i, m in enumerate(stack.live):
-                    raced = "raced" if race and race.lost(m, step) else None  # against those concluded before it
+                    raced = "raced" if race and race.lost(m) else None  # against those concluded before it
                     # at the budget's end too, here: the final weights kept are the ones just evaluated
                     budget = "budget" if step >= stack.cfg.steps else None
                     if reason := stop_reason(m, stack.cfg, step) or raced or budget:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from suite.errors import FAULTS, SuiteError, missing_extra
 from suite.launch.grid import Grid
-from suite.results.rundir import RunDir, RunLocked, read_json, writable_dir, write_json
+from suite.results.rundir import RunDir, RunLocked, cannot_write, read_json, writable_dir, write_json
 from suite.specs.cell import Cell
 from suite.specs.spec import refuse_loaded_code, shared
 
@@ -166,11 +166,17 @@ def stamped_dir(parent: Path) -> Path:
     """A new folder under parent named by the time and this process, and a number where this process
     made one in the same second; with its logs folder."""
     stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-    path = first = parent.resolve() / stamp
+    path = first = writable_dir(parent.resolve()) / stamp
     n = 1
-    while path.exists():
-        n += 1
-        path = first.with_name(f"{stamp}-{n}")
+    while True:  # made here, not found free: two nodes' processes of one pid in one second get a folder each
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            path = first.with_name(f"{stamp}-{n}")
+        except OSError as err:
+            raise cannot_write(path, err) from None
     writable_dir(path / "logs")
     return path
 

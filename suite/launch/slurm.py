@@ -29,6 +29,7 @@ from suite.launch.manifest import (
     stamped_dir,
     write_manifest,
 )
+from suite.results.rundir import write_atomic
 
 _INSTALLED = Path(__file__).resolve().parents[1] / "slurm_template" / "array.sbatch"  # from a wheel
 TEMPLATE = _INSTALLED if _INSTALLED.exists() else Path(__file__).resolve().parents[2] / "slurm" / "array.sbatch"
@@ -154,9 +155,18 @@ def _sbatch_option(line: str) -> str:
     return option
 
 
+def _one_line(*paths) -> None:
+    """A path that goes into a job script must not break its line: after a line break, the rest is a
+    line of shell (or an #SBATCH option) that nobody asked to run."""
+    for path in paths:
+        if any(c in str(path) for c in "\n\r"):
+            raise SuiteError(f"{str(path)!r}: a path with a line break cannot go into a Slurm job script")
+
+
 def render(
     grid: Grid, options: SlurmOptions, cells: list[Cell], workdir: Path, template: Path = TEMPLATE, stack: int = 1
 ) -> str:
+    _one_line(grid.path, workdir, Path.cwd(), sys.executable)
     try:
         text = Path(template).read_text()
     except FileNotFoundError:
@@ -229,17 +239,32 @@ def submit(
         script = render(grid, options, cells, workdir, template, run.stack)
         write_manifest(workdir, grid, cells, root, run, options.cells_per_task)
         (workdir / "job.sbatch").write_text(script)
-        proc = subprocess.run(
-            [sbatch, "--parsable", str(workdir / "job.sbatch")], capture_output=True, text=True, timeout=120
-        )
-        if proc.returncode != 0:
-            reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
-            raise SuiteError(f"sbatch refused the job: {reason[-1].removeprefix('sbatch: error: ')}")
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
+    return _sbatch(sbatch, workdir / "job.sbatch", "the job")
+
+
+def _sbatch(sbatch: str, script: Path, what: str, after_refusal: str = "") -> str:
+    """Submit script; its job id, written beside it (job_id: what status and a later submission ask
+    squeue about). Where sbatch refuses, the script's folder goes; where it cannot be told whether the
+    job was queued (no answer in time, an interrupt), the folder stays for the job that may be."""
+    folder = script.parent
+    try:
+        proc = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise SuiteError(
+            f"sbatch did not answer in 120 s: {what} may be queued (ask squeue); {folder} is kept for it"
+        ) from None
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if proc.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
+        raise SuiteError(f"sbatch refused {what}: {reason[-1].removeprefix('sbatch: error: ')}{after_refusal}")
     job_id = proc.stdout.strip().split(";")[0]
-    (workdir / "job_id").write_text(job_id + "\n")
+    write_atomic(folder / "job_id", job_id + "\n")
     return job_id
 
 
@@ -344,6 +369,7 @@ def follow(root: Path, waits_on: list[Path], command: list[str], options: SlurmO
     others = follow_ups(root, but=os.environ.get("SLURM_JOB_ID"))  # a follow-up queues the next one while it runs
     if others:
         return f"no follow-up job: follow-up job {others[0]} is queued already"
+    _one_line(Path(root).resolve(), Path.cwd(), sys.executable)
     workdir = stamped_dir(Path(root) / "follow")
     line = shlex.join(command)
     lines = [
@@ -359,17 +385,11 @@ def follow(root: Path, waits_on: list[Path], command: list[str], options: SlurmO
         python=shlex.quote(sys.executable),
     )
     (workdir / "follow.sbatch").write_text(script)
-    proc = subprocess.run(
-        [sbatch, "--parsable", str(workdir / "follow.sbatch")], capture_output=True, text=True, timeout=120
+    job_id = _sbatch(
+        sbatch,
+        workdir / "follow.sbatch",
+        "the follow-up job",
+        " (what was submitted stands: run this command again once it has ended)",
     )
-    if proc.returncode != 0:
-        shutil.rmtree(workdir, ignore_errors=True)
-        reason = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit code {proc.returncode}"]
-        raise SuiteError(
-            f"sbatch refused the follow-up job: {reason[-1].removeprefix('sbatch: error: ')} (what was "
-            "submitted stands: run this command again once it has ended)"
-        )
-    job_id = proc.stdout.strip().split(";")[0]
-    (workdir / "job_id").write_text(job_id + "\n")
     after = f"once job(s) {', '.join(waiting)} have ended" if waiting else "now: no array job of its is held"
     return f"queued follow-up job {job_id}: python -m suite {line}, {after}"

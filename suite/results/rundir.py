@@ -115,6 +115,16 @@ def writable_dir(path: Path) -> Path:
     return Path(path)
 
 
+def _is_at(f, path: Path) -> bool:
+    """Is the open file f the one at path (not one removed from there since it was opened)?"""
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(f.fileno())
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+
 class RunDir:
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -142,19 +152,22 @@ class RunDir:
         run that starts at that moment believe somebody else is on it.
         """
         made = [p for p in (self.path, *self.path.parents) if not p.exists()]
-        writable_dir(self.path)
-        try:
-            self._lock = open(self.path / ".lock", "a")
-        except OSError as err:
-            raise cannot_write(self.path / ".lock", err) from None
-        self._made = made
         for _ in range(tries):
+            writable_dir(self.path)
             try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
+                f = open(self.path / ".lock", "a")
+            except OSError as err:
+                raise cannot_write(self.path / ".lock", err) from None
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                f.close()
                 time.sleep(0.05)
-        self.unlock()
+                continue
+            if _is_at(f, self.path / ".lock"):
+                self._lock, self._made = f, made
+                return
+            f.close()  # its holder removed it (abandon, discard) while this one waited: lock the one there now
         raise RunLocked(f"another process is running this spec in {self.path}")
 
     def unlock(self) -> None:
@@ -163,16 +176,17 @@ class RunDir:
             self._lock = None
 
     def abandon(self) -> None:
-        """Unlock, and remove the folders lock() made: for a run that failed before writing
-        anything (bad input found as its stack was built), so that nothing is left behind."""
-        self.unlock()
-        if self._made:
+        """Remove the folders lock() made, then unlock: for a run that failed before writing anything
+        (bad input found as its stack was built), so that nothing is left behind. The lock file goes
+        while still held, so a process waiting on it locks a new one (lock())."""
+        if self._made and self._lock:
             (self.path / ".lock").unlink(missing_ok=True)
             for folder in self._made:
                 try:
                     folder.rmdir()
                 except OSError:  # not empty: something else lives there now
                     break
+        self.unlock()
 
     def is_locked(self) -> bool:
         """True while some process runs here (what `status` calls running)."""
@@ -249,8 +263,13 @@ class RunDir:
         return code
 
     def discard(self) -> None:
-        """Remove the run folder and all it holds: a run made by other code, to run again."""
-        shutil.rmtree(self.path)
+        """Remove the run folder and all it holds: a run made by other code, to run again. Under its
+        lock: RunLocked while another process runs there, whose files must not go from under it."""
+        self.lock()
+        try:
+            shutil.rmtree(self.path)
+        finally:
+            self.unlock()
 
     def read_metrics(self) -> list[dict]:
         path = self.path / "metrics.jsonl"
