@@ -237,3 +237,21 @@ def test_a_board_that_ran_a_failed_search_s_final_seeds_is_accepted(committed):
         trial["median_best_val"] = 0.9 if trial["point"] == choice["chosen"] else 0.5
     assert choice["final_runs"]
     check_board(record, committed / "runs")  # no line: the record and the runs agree
+
+
+def test_a_record_written_under_another_protocol_says_which_cells_it_drops(committed, tmp_path, capsys):
+    from suite.results.tuning_record import record_of, write_record
+
+    path = tmp_path / "tuning.json"
+    shutil.copy(committed / "runs" / "tuning.json", path)
+    old = json.loads(path.read_text())
+    protocol = {k: v for k, v in old.items() if k not in ("chosen", "cells", "protocol")}
+    first = old["chosen"][0]
+    elsewhere = [first | {"cell": "elsewhere"}], {"elsewhere": old["cells"][first["cell"]]}
+    write_record(path, protocol, *elsewhere)  # the same protocol: another experiment's choices are kept
+    assert "note" not in capsys.readouterr().err
+    assert {c["cell"] for c in record_of(tmp_path)["chosen"]} == {first["cell"], "elsewhere"}
+    write_record(path, protocol | {"trials": protocol["trials"] + 1}, *elsewhere)  # the [tuning] table changed
+    err = capsys.readouterr().err
+    assert f"those of {first['cell']} are dropped" in err and "tune those cells again" in err
+    assert {c["cell"] for c in record_of(tmp_path)["chosen"]} == {"elsewhere"}

@@ -357,3 +357,25 @@ def test_neither_row_reaching_the_target_has_no_speed_up_and_no_interval():
     s = against_baseline(row, base)
     assert interval_text(s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], "x") == "-"
     assert s["verdict"] == "not resolved (n = 5)" and s["favours"] == -1
+
+
+def test_a_seed_whose_stack_has_not_begun_bounds_its_trial_by_nothing():
+    # trial T: seed 100 below the target at step 3,000, seed 101 in a later stack of this process (a
+    # resume can split a trial's seeds so), not evaluated yet; rival R finished at 2,000 on both seeds.
+    # T's median can still end below 2,000 (seed 101 may grok at 1,000): it has not lost.
+    from types import SimpleNamespace as NS
+
+    from suite.engine.milestones import Milestones
+    from suite.engine.race import Race
+
+    race = {"trial": ["t100", "t101"], "rivals": [["r100", "r101"]]}
+
+    def member(run_dir, record=None, result=None):
+        cell = NS(run_dir=run_dir, race=race)
+        return NS(cell=cell, record=record, result=result, milestones=Milestones(0.99, 0.99, 0))
+
+    rivals = [member(d, result={"grok_step": 2000}) for d in ("r100", "r101")]
+    evaluated, waiting = member("t100", record={"step": 3000}), member("t101")
+    assert not Race([*rivals, evaluated, waiting]).lost(evaluated)
+    waiting.record = {"step": 2500}  # once it is below the target past the bar too, the trial has lost
+    assert Race([*rivals, evaluated, waiting]).lost(evaluated)

@@ -29,8 +29,10 @@ A space maps a setting to a list (drawn uniformly), `{ log = [lo, hi] }` (log-un
 
 A fair fight shares its spaces: `[tuning.shared]` holds the settings every method shares with the
 baseline (lr, weight decay, ...), searched over the same ranges by all. Its points are common:
-point k of every method takes the same shared values, the k-th of a scrambled Sobol sequence
-seeded by the grid's name (not the method's), so methods are paired in hyperparameter space too;
+the k-th common point of every method (counted after its published recipes, which come first, so
+not at the same trial index where methods have different numbers of recipes) takes the same shared
+values, the k-th of a scrambled Sobol sequence seeded by the grid's name (not the method's), so
+methods are paired in hyperparameter space too;
 a method's own settings (its `space`) come from a sequence seeded by the grid and method. A
 method that fixes a shared setting (orthograd's AdamW at weight_decay = 0) keeps it fixed, and
 tuning.md says so; one none of whose components takes it (SGD, coupled by definition, and the
