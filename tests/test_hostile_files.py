@@ -87,3 +87,21 @@ def test_track_refuses_a_damaged_run_before_it_logs_any(tmp_path, capsys, monkey
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(damaged / "result.json") in err[0] and says in err[0], err
     assert list((tmp_path / "wandb").iterdir()) == []  # nothing logged
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '{"val_acc": 0.5}', '{"step": "100"}'])
+def test_a_metrics_line_that_is_no_evaluation_is_named_in_one_line(tmp_path, line):
+    from suite.results.rundir import RunDir, UnreadableFile
+
+    (tmp_path / "metrics.jsonl").write_text(f'{{"step": 0}}\n{line}\n{{"step": 100}}\n')
+    with pytest.raises(UnreadableFile, match="line 2 is no evaluation of this suite"):
+        RunDir(tmp_path).read_metrics()
+
+
+@pytest.mark.parametrize("spec", ["[1, 2]", '{"task": 3}'])
+def test_a_run_into_a_folder_whose_spec_json_is_no_spec_is_refused_in_one_line(tmp_path, capsys, spec):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "spec.json").write_text(spec)
+    assert main(["run", "--steps", "100", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path / 'o'} holds a different spec; choose another --out"]

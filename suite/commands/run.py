@@ -58,13 +58,12 @@ def run(args) -> int:
     from suite.results.result import summary
     from suite.results.rundir import RunDir, read_json
     from suite.specs.cell import Cell
-    from suite.specs.spec import spec_id
 
     specs = resolve_specs(args)
     device = resolve_device(args.device)
     cells = [Cell(spec, run_dir_of(spec, args)) for spec in specs]
     for cell in cells:
-        if (cell.run_dir / "spec.json").exists() and spec_id(read_json(cell.run_dir / "spec.json")) != cell.id:
+        if (cell.run_dir / "spec.json").exists() and _id_of(read_json(cell.run_dir / "spec.json")) != cell.id:
             raise SuiteError(f"{cell.run_dir} holds a different spec; choose another --out")
     try:
         results = execute(cells, device, compile=args.compile, wandb=args.wandb, rerun_changed=args.rerun_changed)
@@ -85,6 +84,16 @@ def run(args) -> int:
     for cell in cells:
         print(RunDir(cell.run_dir) / "result.json")
     return 0
+
+
+def _id_of(spec) -> str | None:
+    """The id of a spec.json found where a run goes; None where it holds no spec of this suite."""
+    from suite.specs.spec import spec_id
+
+    try:
+        return spec_id(spec)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def run_dir_of(spec: dict, args) -> Path:

@@ -279,14 +279,20 @@ class RunDir:
         records = []
         for i, line in enumerate(lines):
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except (ValueError, RecursionError):
                 if i < len(lines) - 1:
                     raise UnreadableFile(
                         f"{path}: line {i + 1} is not valid JSON; the run's history is damaged "
                         "(delete the run folder to run it again)"
                     ) from None
-                # a process killed mid-write leaves a torn last line; resuming rewrites it
+                continue  # a process killed mid-write leaves a torn last line; resuming rewrites it
+            if not (isinstance(record, dict) and type(record.get("step")) is int):
+                raise UnreadableFile(
+                    f"{path}: line {i + 1} is no evaluation of this suite (no step); the run's history is damaged "
+                    "(delete the run folder to run it again)"
+                )
+            records.append(record)
         return records
 
     def restart_metrics(self, keep: list[dict]):
