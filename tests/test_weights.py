@@ -120,3 +120,24 @@ def test_a_damaged_weights_file_or_a_changed_spec_is_one_line_naming_the_file(tm
         with pytest.raises(UnreadableFile) as err:
             load_model(tmp_path / "run")
         assert str(files[named]) in str(err.value) and "\n" not in str(err.value), what
+
+
+def test_weights_reach_the_disk_before_they_take_their_name(tmp_path, monkeypatch):
+    # as every result file: written to a temporary, fsync'd, then renamed (a crash leaves no empty file)
+    import os
+
+    from safetensors import safe_open
+
+    from suite.results import weights
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(
+        "suite.results.rundir.os.fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real(fd)
+    )
+    weights.save(tmp_path, "grok", {"w": torch.ones(2)}, 500, "abc")
+    path = weights.path_of(tmp_path, "grok")
+    assert len(synced) == 1 and ".grok.safetensors." in synced[0] and synced[0].endswith(".tmp")
+    with safe_open(path, "pt") as f:
+        assert f.metadata() == {"step": "500", "run_id": "abc"} and f.get_tensor("w").tolist() == [1.0, 1.0]
+    assert [p.name for p in path.parent.iterdir()] == ["grok.safetensors"]

@@ -15,16 +15,15 @@ needs the same suite and task code, not the training loop.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as save_tensors
 
 from suite.errors import SuiteError
-from suite.results.rundir import UnreadableFile, read_json
+from suite.results.rundir import UnreadableFile, read_json, write_atomic
 from suite.specs.spec import component_settings, spec_id, task_data
 
 MOMENTS = ("memorization", "grok", "final")
@@ -35,22 +34,13 @@ def path_of(run_dir: str | Path, moment: str) -> Path:
 
 
 def save(run_dir: str | Path, moment: str, state: dict[str, torch.Tensor], step: int, run_id: str) -> None:
-    """Write one moment's weights atomically (a reader never sees half a file), with the step and the
-    id of the spec they were trained under (load_model checks spec.json against it)."""
+    """Write one moment's weights atomically and durably as every result file is (a reader never sees
+    half a file, a crash never leaves an empty one beside a result.json that survived), with the step
+    and the id of the spec they were trained under (load_model checks spec.json against it)."""
     path = path_of(run_dir, moment)
     path.parent.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-        save_file(tensors, tmp, metadata={"step": str(step), "run_id": run_id})
-        os.replace(tmp, path)
-    except OSError as err:  # a full disk: say which file could not be written
-        Path(tmp).unlink(missing_ok=True)
-        raise OSError(err.errno, err.strerror, str(path)) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    write_atomic(path, save_tensors(tensors, metadata={"step": str(step), "run_id": run_id}))
 
 
 def drop(run_dir: str | Path, moment: str) -> None:
