@@ -187,3 +187,29 @@ def test_a_legend_wider_than_its_figure_is_never_cut_off(label, grows):
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     width, height = struct.unpack(">II", to_png(fig)[16:24])  # the PNG header's size
     assert (width > 400) == grows and height >= 300  # 4 x 3 inches at 100 dpi, grown only to hold the legend
+
+
+def test_the_recipe_check_s_table_under_the_verdicts_is_not_read_as_verdicts():
+    tuning_md = textwrap.dedent("""
+        ## Verdicts on the final seeds
+
+        | cell | method | against | speed-up [95% CI] | verdict |
+        |---|---|---|---:|---|
+        | add | adamlr | adam | 2.00x [1.50x, 3.00x] | faster |
+
+        ### Recipe check
+
+        | cell | tuned method | untuned recipe | seeds |
+        |---|---|---|---:|
+        | add | adam | adam lr=0.01 | 10 |
+
+        ## One verdict per method
+
+        | method | against | speed-up [95% CI] | verdict |
+        |---|---|---:|---|
+        | adamlr | adam | 2.00x [1.50x, 3.00x] | faster |
+        """)
+    per_problem, methods = verdicts(tuning_md)
+    row = {"cell": "add", "method": "adamlr", "against": "adam", "speed-up [95% CI]": "2.00x [1.50x, 3.00x]"}
+    assert per_problem == [{**row, "verdict": "faster"}]
+    assert [m["method"] for m in methods] == ["adamlr"]

@@ -14,6 +14,7 @@ Markdown table's (_cells, a verdict cell).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -100,11 +101,13 @@ def verdicts(tuning_md: str) -> tuple[list[dict], list[dict]]:
 
 
 def _table_rows(text: str, heading: str) -> list[dict]:
-    """The first Markdown table under `heading`, as dicts (header -> cell)."""
+    """The first Markdown table under `heading`, as dicts (header -> cell); the tables of its
+    subsections (the recipe check's, under the verdicts) are not its rows."""
     if heading not in text:
         return []
-    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("|")]
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0].splitlines()
+    start = next((i for i, line in enumerate(section) if line.startswith("|")), len(section))
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"), section[start:]))
     if len(lines) < 2:
         return []
     header = _cells(lines[0])
