@@ -137,7 +137,9 @@ def test_weights_reach_the_disk_before_they_take_their_name(tmp_path, monkeypatc
     )
     weights.save(tmp_path, "grok", {"w": torch.ones(2)}, 500, "abc")
     path = weights.path_of(tmp_path, "grok")
-    assert len(synced) == 1 and ".grok.safetensors." in synced[0] and synced[0].endswith(".tmp")
+    # the temporary's bytes, then the folder that holds the new name
+    assert len(synced) == 2 and ".grok.safetensors." in synced[0] and synced[0].endswith(".tmp")
+    assert synced[1] == str(path.parent)
     with safe_open(path, "pt") as f:
         assert f.metadata() == {"step": "500", "run_id": "abc"} and f.get_tensor("w").tolist() == [1.0, 1.0]
     assert [p.name for p in path.parent.iterdir()] == ["grok.safetensors"]

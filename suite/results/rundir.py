@@ -9,6 +9,7 @@ it) or missing.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import io
 import json
@@ -52,12 +53,25 @@ def write_atomic(path: Path, data: bytes | str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except OSError as err:  # a full disk: say which file could not be written
         Path(tmp).unlink(missing_ok=True)
         raise OSError(err.errno, err.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` survive a crash (the file's own fsync does not cover its name)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as err:  # a file system that cannot sync a directory has nothing more to give
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, obj) -> None:
