@@ -58,14 +58,14 @@ def block_of(readme_text: str) -> str:
 
 
 def shown_as(row: dict | None) -> str:
-    """A verdict of tuning.md as the headline's table shows it: the speed-up and its interval, then the
-    verdict; a method with no row in a problem (not tuned there), "no row"."""
+    """A verdict of tuning.md as the headline's table shows it: the speed-up and its interval, its
+    Holm-adjusted p, then the verdict; a method with no row in a problem (not tuned there), "no row"."""
     if row is None:
         return "no row"
     speedup, verdict = row["speed-up [95% CI]"], word(row["verdict"])
     if speedup == "-":
         return "no verdict" if verdict == "-" else verdict
-    return f"{speedup} **{verdict}**"
+    return f"{speedup}, p {row['p (Holm)']}: **{verdict}**"
 
 
 def test_the_headline_gives_tuning_md_s_verdicts_in_three_lines_a_table_and_a_figure(tuned_root, tmp_path, capsys):
@@ -83,24 +83,25 @@ def test_the_headline_gives_tuning_md_s_verdicts_in_three_lines_a_table_and_a_fi
     assert len(lines[1:3]) == 2 and not lines[3]  # the three lines of the answer, then the table
     faster = [m for m in pooled if word(pooled[m]["verdict"]) == "faster"]
     assert lines[1].startswith("**Faster over every cell where judged: " if faster else "**No method is resolved")
-    for method, m in pooled.items():  # every method is named with its verdict over every cell
+    for method, m in pooled.items():  # every method is named with its verdict over the cells judged
         if method not in faster:
-            assert f"{method} {m['speed-up [95% CI]']}" in lines[2]
+            assert f"{method} {m['speed-up [95% CI]']} (in k2 only)" in lines[2]
     table = [line for line in lines if line.startswith("| ")]
-    assert table[0] == "| method | k2 | k3 | over every cell |"
+    assert table[0] == "| method | k2 | k3 | over the cells judged |"
     for row in table[1:]:
         method, *by_problem, overall = [c.strip() for c in row.strip("|").split(" | ")]
         for problem, shown in zip(("k2", "k3"), by_problem):
             rows = [r for r in per_problem if r["cell"] == problem and r["method"] == method]
             assert len(rows) <= 1 and shown == shown_as(rows[0] if rows else None)
-        assert overall == (shown_as(pooled[method]) if method in pooled else "no verdict")
+        # every method was judged in k2 alone, and the table says so
+        assert overall == (shown_as(pooled[method]) + " (in k2 only)" if method in pooled else "no verdict")
     assert {row.split(" | ")[0].strip("| ") for row in table[1:]} == {"adamlr", "sgd"}  # the baseline is no row
     # in k3 no adam or sgd trial reached the target: neither has final runs there, and tuning.md says so
     assert [row.split(" | ")[2] for row in table[1:]] == ["no verdict", "no verdict"]
     k3 = {r["method"]: r["verdict"] for r in per_problem if r["cell"] == "k3"}
     assert k3["sgd"] == "no verdict: no final runs: its search reached the target on no tuning seed"
     assert k3["adamlr"] == "no verdict: adam has no final runs: its search reached the target on no tuning seed"
-    assert f"![each method's speed-up over its tuned baseline, per cell and over every cell]({FIGURE})" in text
+    assert f"![each method's speed-up over its tuned baseline, per cell and over the cells judged]({FIGURE})" in text
     assert (tmp_path / FIGURE).read_bytes().startswith(b"\x89PNG")
     said = capsys.readouterr().out.splitlines()
     assert said[-2].startswith("One verdict per method over every cell (tuning.md), against its tuned baseline: ")
@@ -213,3 +214,28 @@ def test_the_recipe_check_s_table_under_the_verdicts_is_not_read_as_verdicts():
     row = {"cell": "add", "method": "adamlr", "against": "adam", "speed-up [95% CI]": "2.00x [1.50x, 3.00x]"}
     assert per_problem == [{**row, "verdict": "faster"}]
     assert [m["method"] for m in methods] == ["adamlr"]
+
+
+def test_a_row_or_baseline_missing_some_of_its_final_seeds_gets_no_verdict(tuned_root, tmp_path):
+    # a campaign still running: a verdict on the seeds that happened to finish first is no verdict
+    import json
+
+    from suite.leaderboard.collect import collect
+    from suite.leaderboard.tuned import judge
+    from suite.results.tuning_record import record_of
+
+    root = tmp_path / "final"
+    shutil.copytree(tuned_root, root)
+    record = record_of(root)
+    k2 = {c["method"]: c for c in record["chosen"] if c["cell"] == "k2"}
+    whole = {v.method: v for v in judge(collect(root), record).verdicts if v.problem == "k2"}
+    assert whole["adamlr"].verdict and whole["sgd"].verdict and not whole["adamlr"].withheld
+    run_dirs = {json.loads(p.read_text())["run_id"]: p.parent for p in root.rglob("result.json")}
+    shutil.rmtree(run_dirs[k2["adamlr"]["final_runs"][3]])
+    part = {v.method: v for v in judge(collect(root), record).verdicts if v.problem == "k2"}
+    assert part["adamlr"].withheld == "final runs not all finished (adamlr 4 of 5)" and not part["adamlr"].verdict
+    assert part["sgd"].verdict and not part["sgd"].withheld  # its own rows are whole
+    shutil.rmtree(run_dirs[k2["adam"]["final_runs"][0]])
+    part = {v.method: v for v in judge(collect(root), record).verdicts if v.problem == "k2"}
+    assert part["adamlr"].withheld == "final runs not all finished (adamlr 4 of 5, adam 4 of 5)"
+    assert part["sgd"].withheld == "final runs not all finished (adam 4 of 5)"

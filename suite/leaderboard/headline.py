@@ -4,7 +4,7 @@ sooner once every method was tuned alike, one table of methods x problems of spe
 intervals and verdicts, and one figure of them, each method under the one name its [tuning] table gives it.
 
 Every number is tuning.md's, as the board wrote it (the per-problem verdicts, Holm-adjusted over the
-board, and the one verdict per method over every problem: suite/leaderboard/studies/tuning.py), read
+board, and the one verdict per method over the problems where it was judged: suite/leaderboard/studies/tuning.py), read
 back from its two tables, so the headline never says what the board does not. Where the board has
 no runs yet, the block says the board is being re-run and names the command that fills it. The block
 sits between two markers in the README; the rest of the README is left as it is. What it writes calls
@@ -85,10 +85,11 @@ def headline(readme: Path, board: str | Path | None, command: str) -> tuple[str,
         _answer(link, names, per_problem, methods, judged, baselines),
         "",
         _table(names, per_problem, methods, judged),
-        f"![each method's speed-up over its tuned baseline, per cell and over every cell]({FIGURE})\n",
+        f"![each method's speed-up over its tuned baseline, per cell and over the cells judged]({FIGURE})\n",
         "Speed-up: the tuned baseline's median time to target (held grok step, a failed seed counting as infinity) "
-        "over the tuned method's, on the final seeds, with its 95% interval; `faster` / `slower` only when the "
-        "interval lies off 1 and the Holm-adjusted p is below 0.05, its test pointing the same way. Every number is "
+        "over the tuned method's, on the final seeds, with its 95% interval and Holm-adjusted p; `faster` / `slower` "
+        "only when the interval lies off 1 and that p is below 0.05, its test pointing the same way; over the cells "
+        "judged: the geometric mean of the cells' speed-ups, where a method had a verdict. Every number is "
         f"[tuning.md]({link}/tuning.md)'s, "
         "where the search, each row's settings, its cost and its p-values are.",
     ]
@@ -131,7 +132,8 @@ def _of(rows: list[dict], method: str) -> list[dict]:
 
 def _answer(link, names, per_problem, methods, judged, baselines) -> str:
     """Three lines: the question and the board, the methods found faster, the rest."""
-    seeds = sorted({r["grokked"].split("/")[1] for r in per_problem if "/" in r["grokked"]})
+    compared = [r for r in per_problem if r["speed-up [95% CI]"] != "-"] or per_problem  # rows judged
+    seeds = sorted({int(r["grokked"].split("/")[1]) for r in compared if "/" in r["grokked"]})
     against = " / ".join(f"tuned {b}" for b in baselines) or "a tuned baseline"
     by_word = {w: [] for w in WORDS}
     for method in judged:
@@ -140,7 +142,8 @@ def _answer(link, names, per_problem, methods, judged, baselines) -> str:
             by_word["no verdict"].append(f"{method} (in every cell where it ran)")
         else:
             w = word(pooled["verdict"])
-            by_word[next(k for k in WORDS if w.startswith(k))].append(f"{method} {pooled['speed-up [95% CI]']}")
+            said = f"{method} {pooled['speed-up [95% CI]']}{_only(pooled, names)}"
+            by_word[next(k for k in WORDS if w.startswith(k))].append(said)
     faster = by_word["faster"]
     rest = [f"{w.capitalize()}: {', '.join(found)}" for w, found in by_word.items() if found and w != "faster"]
     return "\n".join(
@@ -148,11 +151,13 @@ def _answer(link, names, per_problem, methods, judged, baselines) -> str:
             f"**Which methods make grokking come sooner than {against}, once every method is tuned alike?** "
             f"The fair fight, [`{link}`]({link}/tuning.md): {len(names)} cell{'s' * (len(names) > 1)} "
             f"({', '.join(names)}), {len(judged)} method{'s' * (len(judged) != 1)} against it, "
-            f"{' / '.join(seeds)} final seeds a row.  ",
+            f"{' / '.join(map(str, seeds))} final seeds a row.  ",
             ("**Faster over every cell where judged: " + ", ".join(faster) + ".**  ")
             if faster
             else "**No method is resolved faster over the cells where it was judged.**  ",
-            ("; ".join(rest) + " (speed-up over every cell [95% CI]).") if rest else "Every method judged is faster.",
+            ("; ".join(rest) + " (speed-up over the cells judged [95% CI]).")
+            if rest
+            else "Every method judged is faster.",
         ]
     )
 
@@ -165,23 +170,26 @@ def _table(names, per_problem, methods, judged) -> str:
         rows.append(
             [
                 method,
-                *(
-                    _cell_text(by_problem[c]["speed-up [95% CI]"], by_problem[c]["verdict"])
-                    if c in by_problem
-                    else "no row"
-                    for c in names
-                ),
-                _cell_text(pooled["speed-up [95% CI]"], pooled["verdict"]) if pooled else "no verdict",
+                *(_cell_text(by_problem[c]) if c in by_problem else "no row" for c in names),
+                _cell_text(pooled) + _only(pooled, names) if pooled else "no verdict",
             ]
         )
-    return md_table(["method", *names, "over every cell"], rows, right=set())
+    return md_table(["method", *names, "over the cells judged"], rows, right=set())
 
 
-def _cell_text(speedup: str, verdict: str) -> str:
-    """A verdict cell of the table: a row's verdict; "no verdict" where it has none (tuning.md says why)."""
+def _cell_text(row: dict) -> str:
+    """A verdict cell of the table: a row's speed-up, its Holm-adjusted p and its verdict; "no verdict"
+    where it has none (tuning.md says why)."""
+    speedup, verdict = row["speed-up [95% CI]"], word(row["verdict"])
     if speedup == "-":
-        return "no verdict" if word(verdict) == "-" else word(verdict)
-    return f"{speedup} **{word(verdict)}**"
+        return "no verdict" if verdict == "-" else verdict
+    return f"{speedup}, p {row['p (Holm)']}: **{verdict}**"
+
+
+def _only(pooled: dict, names: list[str]) -> str:
+    """ " (in a, b only)" where a method's verdict over the cells judged leaves some of the board's out."""
+    cells = pooled["cells"].split(", ")
+    return "" if set(names) <= set(cells) else f" (in {', '.join(cells)} only)"
 
 
 def _being_rerun(link: str, command: str) -> str:
@@ -215,7 +223,7 @@ def _interval(text: str) -> tuple[float, float, float] | None:
 
 def figure(names, per_problem, methods, judged) -> bytes | None:
     """Per method, each problem's speed-up with its 95% interval (a colour per problem) and, below them,
-    the one over every problem (black diamond), on a log axis around 1."""
+    the one over the problems judged (black diamond), on a log axis around 1."""
     from suite.leaderboard.plots import figure as new_figure
     from suite.leaderboard.plots import style, to_png
 
@@ -228,7 +236,7 @@ def figure(names, per_problem, methods, judged) -> bytes | None:
         by_problem = {r["cell"]: r for r in _of(per_problem, method)}
         pooled = next((m for m in methods if m["method"] == method), None)
         rows = [(c, by_problem.get(c, {}).get("speed-up [95% CI]", "-"), i) for i, c in enumerate(names)]
-        rows.append(("over every cell", pooled["speed-up [95% CI]"] if pooled else "-", None))
+        rows.append(("over the cells judged", pooled["speed-up [95% CI]"] if pooled else "-", None))
         top = y
         for label, text, colour in rows:
             found = _interval(text)

@@ -108,20 +108,31 @@ def _same_batch(a: dict, b: dict) -> bool:
     return a.get("sampler.batch_size") == b.get("sampler.batch_size")
 
 
-QUIET = ("name", "betas", "eps", "ns_dtype")  # settings a recipe's label leaves out (the same across a family)
+QUIET = ("name", "betas", "eps", "ns_dtype", "batch_size")  # left out of a label: the same across a family
+PLAIN = {"filter.name": "none", "sampler.name": "random", "train.loss": "ce", "train.precision": "fp32"}
 
 
 def _label(method: dict) -> str:
-    """The recipe's optimizer and filter settings, e.g. "adam lr=0.01 weight_decay=0.001 coupled"."""
+    """The recipe's optimizer settings, then its filter's and sampler's where it has one, and a loss or
+    precision other than the default: "adam lr=0.001 weight_decay=0.001 coupled + grad_softmax gamma=1 beta=0.99"."""
     from suite.leaderboard.tables import fmt_value
 
-    parts = [method["opt.name"]]
-    for key, value in method.items():
-        kind, _, bare = key.partition(".")
-        if kind in ("opt", "filter") and bare not in QUIET:
-            parts.append(
-                ("decoupled" if value else "coupled")
-                if bare == "decoupled_weight_decay"
-                else f"{bare}={fmt_value(value)}"
-            )
+    def settings(kind: str) -> list[str]:
+        return [
+            ("decoupled" if value else "coupled") if bare == "decoupled_weight_decay" else f"{bare}={fmt_value(value)}"
+            for key, value in method.items()
+            for k, _, bare in [key.partition(".")]
+            if k == kind and bare not in QUIET
+        ]
+
+    parts = [method["opt.name"], *settings("opt")]
+    for kind in ("filter", "sampler"):
+        name = method.get(f"{kind}.name", PLAIN[f"{kind}.name"])
+        if name != PLAIN[f"{kind}.name"]:
+            parts += ["+", name, *settings(kind)]
+    parts += [
+        f"{key.split('.')[1]}={method[key]}"
+        for key in ("train.loss", "train.precision")
+        if key in method and method[key] != PLAIN[key]
+    ]
     return " ".join(parts)

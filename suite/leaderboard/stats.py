@@ -80,6 +80,12 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
         for o in outcomes
         if o["grok_step"] is not None and o["memorization_step"] is not None
     ]
+    # each seed's delay, a seed that never grokked waiting forever (as its time to target does)
+    delays = [
+        math.inf if o["grok_step"] is None else o["grok_step"] - o["memorization_step"]
+        for o in outcomes
+        if o["grok_step"] is None or o["memorization_step"] is not None
+    ]
     times = [o["time"] for o in outcomes]
     grokked = [o for o in outcomes if o["grok_step"] is not None and o["last_step"] is not None]
     watched = [o["last_step"] - o["grok_step"] for o in grokked]  # how long a collapse had to show
@@ -99,6 +105,7 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
         "n_delay": len(delay),
         "watched_after_grok": watched,
         **dict(zip(("delay_median", "delay_min", "delay_max"), _stats(delay))),
+        "delays": delays,
         "time_to_target": median_time(times),
         "times": times,
         "wall_s_median": float(np.median(walls)) if walls else math.nan,

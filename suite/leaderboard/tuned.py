@@ -6,10 +6,10 @@ studies/tuning.py writes them into tuning.md, and a summary can read them from h
 
 Per problem, a verdict is withheld (with the reason) where a search found no point that reached the target
 on any of its tuning seeds, or where an untuned run of the row's family in an identical problem beats the
-tuned row: either way the tuning, not the method, was measured; and where the row or its baseline has no
-final runs. The pooled verdict of a method takes every problem where it was judged: the sign of every
-paired seed (exact sign test) and the geometric mean of the per-problem speed-ups with a stratified
-bootstrap interval (speedup.pooled).
+tuned row: either way the tuning, not the method, was measured; and where the row or its baseline has
+not finished every final run its search drew. The pooled verdict of a method takes every problem where
+it was judged: the sign of every paired seed (exact sign test) and the geometric mean of the
+per-problem speed-ups with a stratified bootstrap interval (speedup.pooled).
 
 A problem is named here as tuning.json names the base cell a method was tuned in (a choice's "cell":
 suite/launch/tuning.py's cell_name, the grid cell without its method and seed), whose final runs are
@@ -26,7 +26,7 @@ import pandas as pd
 
 from suite.leaderboard.collect import Collection
 from suite.leaderboard.recipes import Recipe, recipes_against, untuned
-from suite.leaderboard.speedup import holm, pooled, verdict
+from suite.leaderboard.speedup import holm, median_time, pooled, verdict
 from suite.leaderboard.stats import TAU_MAX, against_baseline, performance_profile, problem_tables
 from suite.leaderboard.tables import interval_text
 from suite.results.rundir import UnreadableFile, read_json
@@ -98,8 +98,8 @@ def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement
         if base is None:
             v.withheld = f"{base_name} has no final runs: {_missing(searched[problem, base_name])}"
             continue
-        v.notes = _notes(base, [searched[problem, name] for name in (method, base_name)])
-        v.withheld = _withheld(problem, (method, base_name), searched, checks)
+        v.withheld = _withheld(problem, (method, base_name), searched, checks, rows)
+        v.notes = _notes(None if v.withheld else base, [searched[problem, name] for name in (method, base_name)])
         if not v.withheld:
             v.speedup = against_baseline(row, base)
             base_times, times = _paired(base, row)
@@ -118,12 +118,23 @@ def _missing(choice: dict) -> str:
     return "its search reached the target on no tuning seed" if not reached(choice) else "not under this root yet"
 
 
-def _withheld(problem: str, names: tuple, searched: dict, checks: dict) -> str:
-    """Why a comparison of these two tuned rows would measure their tuning: "" if it would not."""
+def _unfinished(row: dict, choice: dict) -> str:
+    """ "k of n" where a row has fewer final seeds than its search drew (a campaign still running: its
+    verdict would rest on the seeds that happened to finish first), else ""."""
+    drawn = len(choice.get("final_runs", []))
+    return f"{row['seeds']} of {drawn}" if row["seeds"] < drawn else ""
+
+
+def _withheld(problem: str, names: tuple, searched: dict, checks: dict, rows: dict) -> str:
+    """Why these two tuned rows cannot be compared (their tuning would be measured, or part of their
+    final seeds): "" if they can."""
     no_search = [name for name in names if not reached(searched[problem, name])]
     if no_search:
         whose = {1: f"{no_search[0]}'s winner", 2: "both winners"}[len(no_search)]
         return f"{whose} reached the target on no tuning seed"
+    unfinished = [f"{n} {u}" for n in names if (u := _unfinished(rows[problem, n], searched[problem, n]))]
+    if unfinished:
+        return f"final runs not all finished ({', '.join(unfinished)})"
     beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((problem, n), []) if r.faster]
     if beaten:
         name, r = beaten[0]
@@ -132,8 +143,7 @@ def _withheld(problem: str, names: tuple, searched: dict, checks: dict) -> str:
 
 
 def _paired(base: dict, row: dict) -> tuple[list[float], list[float]]:
-    """Both rows' times on the seeds both ran, in the row's order (a campaign stopped early can leave a
-    row with fewer final seeds than its baseline)."""
+    """Both rows' times on the seeds both ran, in the row's order."""
     base_time = dict(zip(base["seed_list"], base["times"]))
     common = [(base_time[seed], time) for seed, time in zip(row["seed_list"], row["times"]) if seed in base_time]
     return [b for b, _ in common], [t for _, t in common]
@@ -149,11 +159,14 @@ def _pooled(pairs: dict, record: dict) -> list[Pooled]:
     return out
 
 
-def _notes(base: dict, searches: list[dict]) -> list[str]:
-    """What a verdict is read with: no delay left to shorten, and winners at an edge of their space."""
+def _notes(base: dict | None, searches: list[dict]) -> list[str]:
+    """What a verdict is read with: no delay left to shorten (the baseline's median delay, a seed that
+    never grokked counting as an endless one, as in its time to target; None: no verdict to read), and
+    winners at an edge of their space (a search's, verdict or not)."""
     notes = []
-    delay, time = base["delay_median"], base["time_to_target"]
-    if math.isfinite(time) and not math.isnan(delay) and delay <= NO_DELAY * time:
+    delay = median_time(base["delays"]) if base and base["delays"] else math.nan
+    time = base["time_to_target"] if base else math.nan
+    if math.isfinite(time) and math.isfinite(delay) and delay <= NO_DELAY * time:
         notes.append("no delay to shorten")
     return notes + [f"{c['method']}'s winner at an edge" for c in searches if c.get("edges")]
 

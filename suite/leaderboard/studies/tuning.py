@@ -7,6 +7,7 @@ tuning.md's tables keep that word in their "cell" columns."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 
@@ -101,7 +102,7 @@ def _rounds_text(rounds: list[dict]) -> str:
         "refine": "around the best so far, {width} of each shared setting's scale either side",
         "own": "its own settings at the best shared ones (a method without any: refined within {width})",
     }
-    parts = [f"{r['trials']} {words[r['search']].format(width=r.get('width'))}" for r in rounds]
+    parts = [f"{r['trials']}: {words[r['search']].format(width=r.get('width'))}" for r in rounds]
     return "; then ".join(parts) if len(rounds) > 1 else "one round: " + parts[0]
 
 
@@ -123,7 +124,9 @@ def _runners_up(record: dict) -> list[str]:
             if t["point"] == c["chosen"] or not near:
                 continue
             seeds = [
-                f"raced at {s} (val {v:.3f})" if r else steps_text(x)
+                (f"{steps_text(x)} (raced at {s})" if math.isfinite(x) else f"raced at {s} (val {v:.3f})")
+                if r
+                else steps_text(x)
                 for x, r, s, v in zip(
                     t["times"],
                     t.get("raced", [False] * len(t["times"])),
@@ -147,7 +150,8 @@ def _runners_up(record: dict) -> list[str]:
         "## Runners-up\n",
         f"Every trial within {RUNNER_UP - 1:.0%} of its search's winner (median held time on the tuning seeds), and "
         f"every trial the race stopped whose runs were all at val accuracy {CLOSE} or above when stopped: "
-        "how close the choice was.\n",
+        "how close the choice was. Each tuning seed: its held time, and where the race stopped it the step "
+        "(with its val accuracy then, if it had not held the target yet).\n",
         md_table(["cell", "method", "point", "settings", "median time", "each tuning seed"], rows, right={2, 4}),
     ]
 
@@ -192,11 +196,12 @@ def _verdicts(judgement: Judgement) -> list[str]:
         "by seed (`-` when neither reached the target), with a 95% bootstrap interval and the exact p of a "
         f"signed-rank test; p (Holm): adjusted over the {judged} comparisons of this table. `faster` only when "
         "the interval lies above 1 and the Holm-adjusted p is below 0.05 (so the word never contradicts either "
-        "number), the signed-rank test pointing the same way, and 5 seeds or more a row; `slower` the mirror. "
-        "A method, or a baseline, whose search found no point that reached the target on the tuning seeds gets "
-        "no verdict (a failure of the search); so does a row that an untuned run of its family in an identical "
-        "cell beats (tuning failed: see the recipe check). Delay: grok - memorization, median [range] over the "
-        f"seeds that grokked; where the baseline's median delay is at most {NO_DELAY:.0%} of its time to target "
+        "number), the signed-rank test pointing the same way, and every final seed of both rows finished (5 or "
+        "more); `slower` the mirror. A method, or a baseline, whose search found no point that reached the target "
+        "on the tuning seeds gets no verdict (a failure of the search); so does a row that an untuned run of its "
+        "family in an identical cell beats (tuning failed: see the recipe check). Delay: grok - memorization, "
+        "median [range] over the seeds that grokked; where the baseline's median delay (a seed that never grokked "
+        f"counting as an endless one, as in its time to target) is at most {NO_DELAY:.0%} of its time to target "
         "there was no delay to shorten, and the verdict says so; so it does where a winner sits at an edge of its "
         "space (the search may not have found that method's best).\n",
         md_table(header + ["verdict"], out, right={3, 4, 5, 6, 7, 10, 11, 12}),
@@ -334,9 +339,12 @@ def _common_points(record: dict) -> list[str]:
         common = [_common(c, record, first) for c in searches]
         keys = [k for k in record["shared"] if any(k in t["settings"] for c in searches for t in c["tried"])]
         rows = []
-        for k, tried in enumerate(zip(*common)):
-            shared = next((t["settings"] for t in tried if all(key in t["settings"] for key in keys)), {})
-            times = [steps_text(t["median_time"]) + (" (raced)" if any(t.get("raced", [])) else "") for t in tried]
+        for k, tried in enumerate(itertools.zip_longest(*common)):  # a method with more recipes has fewer
+            shared = next((t["settings"] for t in tried if t and all(key in t["settings"] for key in keys)), {})
+            times = [
+                "-" if t is None else steps_text(t["median_time"]) + (" (raced)" if any(t.get("raced", [])) else "")
+                for t in tried
+            ]
             rows.append([str(k), *(_value(shared[key]) if key in shared else "-" for key in keys), *times])
         out += [f"### {problem}\n", md_table(["point", *keys, *(c["method"] for c in searches)], rows, right={0})]
     return [
