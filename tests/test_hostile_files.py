@@ -6,6 +6,7 @@ board, an export), or refuses whole before it acts (track); none hangs or prints
 import json
 import os
 
+import pandas as pd
 import pytest
 from conftest import run_cli
 from test_leaderboard_embedding import write_run
@@ -66,6 +67,7 @@ def test_a_fifo_in_a_run_folder_is_never_opened_for_reading(root, tmp_path, comm
     [
         ({"spec": "seed", "value": "0"}, "no integer seed"),
         ({"grok_step": float("nan")}, "grok_step is nan, not an integer or null"),
+        ({"grok_step": None, "drop": "grok_step"}, "it has no grok_step"),  # not "never grokked"
     ],
 )
 def test_track_refuses_a_damaged_run_before_it_logs_any(tmp_path, capsys, monkeypatch, damage, says):
@@ -78,6 +80,8 @@ def test_track_refuses_a_damaged_run_before_it_logs_any(tmp_path, capsys, monkey
     result = json.loads((damaged / "result.json").read_text())
     if "spec" in damage:
         result["spec"]["seed"] = damage["value"]
+    elif "drop" in damage:
+        del result[damage["drop"]]
     else:
         result |= damage
     (damaged / "result.json").write_text(json.dumps(result))  # NaN as JSON's NaN, as Python writes it
@@ -105,3 +109,19 @@ def test_a_run_into_a_folder_whose_spec_json_is_no_spec_is_refused_in_one_line(t
     assert main(["run", "--steps", "100", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tmp_path / 'o'} holds a different spec; choose another --out"]
+
+
+def test_a_result_without_its_grok_step_is_neither_done_nor_a_failure_to_grok(root, tmp_path, capsys):
+    # a null grok step is a run that never grokked; a missing one is a file the suite did not write
+    from suite.results.rundir import RunDir, UnreadableFile
+
+    run = next(root.glob("adamw-*/seed1"))
+    result = json.loads((run / "result.json").read_text())
+    del result["grok_step"]
+    (run / "result.json").write_text(json.dumps(result))
+    with pytest.raises(UnreadableFile, match="it has no grok_step"):
+        assert not RunDir(run).finished
+    assert main(["leaderboard", str(root), "--out", str(tmp_path / "board")]) == 0
+    assert f"warning: {run / 'result.json'}: it has no grok_step" in capsys.readouterr().err
+    table = pd.read_csv(tmp_path / "board" / "modular-mlp.csv").set_index("method")
+    assert table.loc["adamw", ["seeds", "grokked"]].tolist() == [1, 1]  # skipped, not counted as a failure

@@ -50,6 +50,8 @@ def damage_of(result: dict) -> str | None:
     for key in ("steps", "eval_every"):
         if not (is_int(train.get(key)) and train[key] > 0):
             return f"train.{key} is {train.get(key)!r}, not a positive integer"
+    if "grok_step" not in result:  # a run that never grokked has null: one without is no run's result
+        return "it has no grok_step, which every result the suite writes has"
     for key in ("memorization_step", "grok_step", "first_touch_step"):
         if result.get(key) is not None and not is_int(result[key]):
             return f"{key} is {result[key]!r}, not an integer or null"

@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 
 from suite.errors import FAULTS, SuiteError
-from suite.results.result import has_full_spec
+from suite.results.result import TRAIN, damage_of, has_full_spec, runner_of
 
 CHECKPOINT, PREVIOUS, ERROR = "checkpoint.pt", "checkpoint.prev.pt", "error.json"
 STATUSES = ("done", "running", "failed", "interrupted", "missing")
@@ -151,12 +151,15 @@ class RunDir:
     @property
     def finished(self) -> bool:
         """result.json is there (written last). One that cannot be read, or is no result of this
-        suite (`{}`, a spec gone), is an error, not "done"."""
+        suite (`{}`, a spec gone, a trained run's fields missing), is an error, not "done"."""
         path = self.path / "result.json"
         if not path.exists():
             return False
-        if not has_full_spec(read_json(path)):
+        result = read_json(path)
+        if not has_full_spec(result):
             raise UnreadableFile(f"{path} is not a result (no full spec); delete it to run the cell again")
+        if runner_of(result) == TRAIN and (damage := damage_of(result)):
+            raise UnreadableFile(f"{path} is not a result ({damage}); delete it to run the cell again")
         return True
 
     def lock(self, tries: int = 20) -> None:
