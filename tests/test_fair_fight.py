@@ -312,6 +312,20 @@ def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(tmp_pat
     )
 
 
+@pytest.mark.parametrize(
+    "setting, named",
+    [('"train.target" = 0.6', "train.target"), ("hidden = 64", "model.hidden"), ("batch_size = 8", "batch_size")],
+)
+def test_a_method_that_changes_its_cell_is_refused_before_any_run(tmp_path, capsys, setting, named):
+    # an easier target, a bigger model or another batch would measure the method on another problem
+    text = FIGHT.replace("RACE", "true").replace('filter = "orthograd"', f'filter = "orthograd"\n{setting}')
+    (tmp_path / "g.toml").write_text(text)
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"method 'ortho' changes {named}, a setting of the cell" in err[0], err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_recipe_is_labelled_with_its_filter_sampler_and_loss_not_its_optimizer_alone():
     # two recipes of different families must never read alike on the board
     from suite.leaderboard.recipes import _label

@@ -88,7 +88,28 @@ def spec_for(base: dict, method: Method, point: dict, seed: int, where: str) -> 
     except SuiteError as err:
         raise SuiteError(f"{where}: method '{method.name}': {err}") from None
     refuse_loaded_code(spec, f"{where}: method '{method.name}'")
+    if moved := _cell_setting(base, spec):
+        raise SuiteError(
+            f"{where}: method '{method.name}' changes {moved}, a setting of the cell: every method runs the cell as "
+            "it is (a method chooses its optimizer, filter, sampler, loss and precision, and their settings)"
+        )
     return spec
+
+
+METHOD_TRAIN = ("loss", "precision")  # the train settings that are a method's (as a recipe's family has them)
+
+
+def _cell_setting(base: dict, spec: dict) -> str | None:
+    """The first setting of the cell (task, model, batch size, the loop's budget, target, hold, ...) that
+    a method's spec does not keep from its base cell, or None: a method that set one would be measured on
+    another problem than its baseline (an easier target, a longer budget)."""
+    for kind in ("task", "model", "train"):
+        for key in sorted(base[kind].keys() | spec[kind].keys()):
+            if not (kind == "train" and key in METHOD_TRAIN) and base[kind].get(key) != spec[kind].get(key):
+                return f"{kind}.{key}"
+    if base["sampler"].get("batch_size") != spec["sampler"].get("batch_size"):
+        return "batch_size"
+    return None
 
 
 def check_cells(grid: Grid, tuning: Tuning) -> None:
