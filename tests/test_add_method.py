@@ -255,3 +255,30 @@ def test_a_record_written_under_another_protocol_says_which_cells_it_drops(commi
     err = capsys.readouterr().err
     assert f"those of {first['cell']} are dropped" in err and "tune those cells again" in err
     assert {c["cell"] for c in record_of(tmp_path)["chosen"]} == {"elsewhere"}
+
+
+def test_a_method_with_no_baseline_or_more_recipes_than_the_board_s_methods_is_refused(committed, tmp_path, capsys):
+    # no baseline: hours of runs for no verdict; more recipes: points picked without the search, after
+    # the board's results are public (the board's methods declared theirs, here none, before their runs)
+    args = ["tune", "--add", str(tmp_path / "mine.toml"), "--against", str(committed), "--root", str(tmp_path / "r")]
+    for text, says in [
+        (MINE.replace('baseline = "adamw"\n', ""), "method 'mine' names no baseline"),
+        (MINE + "recipes = [{ lr = 0.01, weight_decay = 0.001, c = 10 }]\n", "1 recipes, more than any method"),
+    ]:
+        (tmp_path / "mine.toml").write_text(text)
+        assert main(args + ["--dry-run"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_of_another_s_in_the_place_of_a_board_run_is_refused_before_any_run(committed, tmp_path, capsys):
+    # a root holding the board's runs as copies (edited or not) would have the board judged from them
+    (tmp_path / "mine.toml").write_text(MINE)
+    root = tmp_path / "r"
+    shutil.copytree(committed / "runs", root / "final")
+    args = ["tune", "--add", str(tmp_path / "mine.toml"), "--against", str(committed), "--root", str(root)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a link to the board's run" in err[0], err
+    assert not (root / "tuning").exists()

@@ -68,6 +68,20 @@ def protocol(record: dict, method_file: str | Path, earlier: dict) -> Tuning:
         raise SuiteError(f"{path}: a method file holds [tuning.methods.NAME] tables and nothing else")
     if taken := sorted(set(methods) & set(record["methods"])):
         raise SuiteError(f"{path}: '{taken[0]}' is already a method of the board: give yours another name")
+    most = max(len(m.get("recipes", [])) for m in record["methods"].values())
+    for name, body in methods.items():
+        if not isinstance(body, dict):
+            continue  # parse says what is wrong with it
+        if not body.get("baseline"):
+            raise SuiteError(
+                f"{path}: method '{name}' names no baseline: a method added to a board is judged against one of "
+                f"its methods ({', '.join(record['methods'])})"
+            )
+        if len(body.get("recipes", [])) > most:
+            raise SuiteError(
+                f"{path}: method '{name}' has {len(body['recipes'])} recipes, more than any method of the board "
+                f"({most}): recipes are trials chosen without a search, the board's declared before its runs"
+            )
     return parse(_table(record, _methods(record["methods"] | earlier) | methods), str(path), record["grid"])
 
 
@@ -197,15 +211,28 @@ def base_grid(record: dict, cells: list[str], where: str | Path) -> Grid:
     return Grid(record["grid"], Path(where), [Cell(record["cells"][name], Path(), "", None, name) for name in chosen])
 
 
-def link_board_runs(board_runs: Path, final: Path) -> None:
-    """Each final run of the board, linked into `final` at the same relative place (a run folder already
-    there, made by this command or linked before, is left as it is)."""
+def board_links(board_runs: Path, final: Path) -> list[tuple[Path, Path]]:
+    """(run, link) for each final run of the board not yet linked into `final` at the same relative
+    place. Anything else in a link's place is refused (before any run): the board would be read from it."""
+    out = []
     for result in result_files(board_runs):
         source = result.parent.resolve()
         link = final / result.parent.relative_to(board_runs)
-        if not link.exists() and not link.is_symlink():
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(source, link, target_is_directory=True)
+        if link.is_symlink() and link.resolve() == source:
+            continue
+        if link.exists() or link.is_symlink():
+            raise SuiteError(
+                f"{link} is not a link to the board's run {source}, and the board's rows would be read from it: "
+                "give a --root of your own that holds no other runs"
+            )
+        out.append((source, link))
+    return out
+
+
+def link_board_runs(board_runs: Path, final: Path) -> None:
+    for source, link in board_links(board_runs, final):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(source, link, target_is_directory=True)
 
 
 def check_root(root: Path, board: Path) -> None:
