@@ -282,3 +282,19 @@ def test_a_run_of_another_s_in_the_place_of_a_board_run_is_refused_before_any_ru
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a link to the board's run" in err[0], err
     assert not (root / "tuning").exists()
+
+
+def test_a_board_still_running_is_checked_only_in_the_cells_a_method_is_added_to(committed):
+    # the headline board commits its cells as they finish: a method can join the finished ones
+    import copy
+
+    from suite.launch.adding import check_board
+    from suite.results.tuning_record import record_of
+
+    record = record_of(committed / "runs")
+    unfinished = copy.deepcopy(record["chosen"][0]) | {"cell": "later"}
+    unfinished["final_runs"] = unfinished["final_runs"][:2]  # its search still drawing its final runs
+    record["cells"]["later"], record["chosen"] = record["cells"]["board"], [*record["chosen"], unfinished]
+    check_board(record, committed / "runs", ["board"])  # no line: the cell named agrees with its runs
+    with pytest.raises(SuiteError, match=r"cell \[later\].*its final runs are not the chosen point's"):
+        check_board(record, committed / "runs")

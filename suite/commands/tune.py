@@ -161,7 +161,7 @@ def _add(args, root: Path) -> tuple[int, bool, object]:
 
     adding.check_root(root, args.against)
     record, board_runs = adding.board_record(args.against)
-    adding.check_board(record, board_runs)
+    adding.check_board(record, board_runs, args.experiment)
     adding.board_links(board_runs, root / "final")  # a run in the place of one of the board's: refused now
     # the board's methods, those added into this root before and the new ones: tuning.json's
     board = adding.protocol(record, args.add, adding.earlier_methods(record, root / "final"))

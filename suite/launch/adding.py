@@ -111,8 +111,9 @@ def _table(record: dict, methods: dict) -> dict:
     }
 
 
-def check_board(record: dict, board_runs: Path) -> None:
-    """The board's record and its runs agree, or one line says where they do not: every choice follows
+def check_board(record: dict, board_runs: Path, cells: list[str] = ()) -> None:
+    """The board's record and its runs agree in `cells` (all, if none are named: the cells a method is
+    added to), or one line says where they do not: every choice follows
     from its protocol (each trial's point as the rounds draw it, on every tuning seed, and the winner
     the rule picks), its final runs are the chosen point's specs on the final seeds, and each of them
     is a finished run under the board, made by the code of today. An edited tuning.json (trials, seeds,
@@ -125,6 +126,8 @@ def check_board(record: dict, board_runs: Path) -> None:
         raise SuiteError(f"{where} is not a protocol this suite runs ({err})") from None
     methods, runs = {m.name: m for m in tuning.methods}, _finished_runs(board_runs)
     for choice in record["chosen"]:
+        if cells and choice["cell"] not in cells:
+            continue
         name = f"cell [{choice['cell']}], method '{choice['method']}'"
         base = record["cells"].get(choice["cell"])
         if base is None:
@@ -148,7 +151,8 @@ def check_board(record: dict, board_runs: Path) -> None:
             if run_dir is None:
                 raise SuiteError(
                     f"{board_runs}: {name}: the final run of seed {spec['seed']} ({spec_id(spec)}) is missing or "
-                    "unfinished: its baseline would be judged on fewer seeds than the board's"
+                    "unfinished: that row would be judged on fewer seeds than the board drew (a board still being "
+                    "run: add your method to the cells it has finished, --experiment)"
                 )
             if why := changed(RunDir(run_dir).read_code(), spec):
                 raise SuiteError(
