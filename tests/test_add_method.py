@@ -253,8 +253,14 @@ def test_a_record_written_under_another_protocol_says_which_cells_it_drops(commi
     assert {c["cell"] for c in record_of(tmp_path)["chosen"]} == {first["cell"], "elsewhere"}
     write_record(path, protocol | {"trials": protocol["trials"] + 1}, *elsewhere)  # the [tuning] table changed
     err = capsys.readouterr().err
-    assert f"those of {first['cell']} are dropped" in err and "tune those cells again" in err
+    assert f"{first['method']} in {first['cell']} dropped" in err and "tune them again" in err
     assert {c["cell"] for c in record_of(tmp_path)["chosen"]} == {"elsewhere"}
+    # a choice dropped from a cell that keeps others is named too
+    two = protocol | {"methods": protocol["methods"] | {"other": protocol["methods"][first["method"]]}}
+    write_record(path, two, [first | {"method": "other"}], old["cells"])
+    capsys.readouterr()
+    write_record(path, two | {"trials": protocol["trials"] + 2}, [first], old["cells"])
+    assert f"note: {path}" in (err := capsys.readouterr().err) and f"other in {first['cell']} dropped" in err, err
 
 
 def test_a_method_with_no_baseline_or_more_recipes_than_the_board_s_methods_is_refused(committed, tmp_path, capsys):

@@ -118,6 +118,7 @@ def test_points_are_the_same_on_every_call_and_differ_between_methods():
     ({"methods": {"adam": {"opt": ["adam"]}}}, "method 'adam': opt takes a component name, got ['adam']"),  # TypeError
     ({"methods": {"adam": {"opt": 3}}}, "method 'adam': opt takes a component name, got 3"),
     ({"methods": {"adam": {"lr": {"log": 1}}}}, "method 'adam': 'lr' must be a value, got a table"),
+    ({"methods": {"a|b\nc": {"opt": "adam"}}}, "method name 'a|b\\nc': letters, digits"),  # breaks tuning.md's tables
 ])  # fmt: skip
 def test_a_tuning_table_that_would_let_tuning_into_the_final_rows_is_refused(change, message):
     raw = {"trials": 2, "tuning_seeds": [100], "final_seeds": [0, 1, 2, 3, 4], "methods": {"adam": {"opt": "adam"}},

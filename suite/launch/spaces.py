@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ MIN_FINAL_SEEDS = 5  # the fewest seeds a verdict rests on (leaderboards/README.
 TUNING_KEYS = ("trials", "rounds", "tuning_seeds", "final_seeds", "methods", "shared", "race", "version")
 ROUND_KEYS = ("search", "trials", "width")
 SEARCHES = ("coarse", "refine", "own")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # a method's name
 EDGE = 0.10  # a chosen setting this close to a bound of its space (a fraction of its scale) is flagged
 
 
@@ -194,6 +196,8 @@ def parse(raw: dict, where: str, grid: str = "") -> Tuning:
         rounds, seeds["tuning_seeds"], seeds["final_seeds"], shared=shared, grid=grid, race=race, version=version
     )
     for name, body in methods.items():
+        if not NAME.fullmatch(name):  # it heads tables, labels plots and names a board's rows
+            raise SuiteError(f"{where}: method name {name!r}: letters, digits, '_', '-' and '.' only")
         if not isinstance(body, dict):
             raise SuiteError(f"{where}: method '{name}' must be a table")
         body = dict(body)

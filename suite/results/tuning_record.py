@@ -38,10 +38,10 @@ def write_record(path: Path, protocol: dict, chosen: list[dict], cells: dict[str
             record["methods"] = old["methods"] | record["methods"]  # the same, unless another add wrote some
             chosen = [c for c in old["chosen"] if (c["cell"], c["method"]) not in new_keys] + chosen
             cells = old.get("cells", {}) | cells
-        elif old is not None and (dropped := {c["cell"] for c in old["chosen"]} - {c["cell"] for c in chosen}):
+        elif old is not None and (dropped := {(c["cell"], c["method"]) for c in old["chosen"]} - new_keys):
             print(
-                f"note: {path} held choices under another protocol (the grid's [tuning] table changed): those of "
-                f"{', '.join(sorted(dropped))} are dropped; tune those cells again to put them back",
+                f"note: {path} held choices under another protocol (the [tuning] table or a method changed): "
+                f"{', '.join(f'{m} in {c}' for c, m in sorted(dropped))} dropped; tune them again to put them back",
                 file=sys.stderr,
             )
         write_json(path, record | {"cells": cells, "chosen": [_strict(c) for c in chosen]})
