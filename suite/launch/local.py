@@ -51,7 +51,8 @@ def run_local(
     if a cell failed, 3 if stopped."""
     check_local(root, options.device, cells)
     pool = _Workers(workers)
-    pool.add(_submission(grid, cells, root, options, workers), cells, "")
+    for manifest, part in _submissions(grid, cells, options, workers):
+        pool.add(manifest, part, "")
     old = {sig: signal.signal(sig, pool.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     refused = None  # what `more` raised: nothing more is drawn; raised once the running processes end
     try:
@@ -65,8 +66,8 @@ def run_local(
                 except Exception as err:  # noqa: BLE001 - a bad draw or a damaged file: raised once the workers end
                     refused = err
                     continue
-                if drawn:
-                    pool.add(_submission(grid, drawn, root, options, workers), drawn, "more: ")
+                for manifest, part in _submissions(grid, drawn, options, workers):
+                    pool.add(manifest, part, "more: ")
             if time.monotonic() - last >= PROGRESS_EVERY_S:
                 last = time.monotonic()
                 logs = [Path(log.name) for _, log in pool.running.values()]
@@ -85,12 +86,20 @@ def run_local(
     return 3 if pool.stopped else (1 if pool.counts["failed"] or pool.full else 0)
 
 
-def _submission(grid: Grid, cells: list[Cell], root: str | Path, options: RunOptions, workers: int) -> Path:
-    """A submission folder with the manifest of these cells, in groups no bigger than an even share
-    of them: 5 final seeds of one cell made one group, one process, and the other workers sat idle
-    through a tune's longest phase."""
+def _submissions(grid: Grid, cells: list[Cell], options: RunOptions, workers: int) -> list[tuple[Path, list[Cell]]]:
+    """A submission folder in each root the cells' run folders are in (a tune's draw can hold one
+    search's next round, under ROOT/tuning, and another's final runs, under ROOT/final: a manifest
+    names runs of its own root only), with the manifest of its cells, in groups no bigger than an
+    even share of all of them: 5 final seeds of one cell made one group, one process, and the other
+    workers sat idle through a tune's longest phase."""
     options = replace(options, stack=min(options.stack, math.ceil(len(cells) / workers)))
-    return write_manifest(new_submission_dir(root, grid.name), grid, cells, root, options, cells_per_task=1)
+    by_root: dict[Path, list[Cell]] = {}
+    for cell in cells:
+        by_root.setdefault(Path(cell.run_dir).parent.parent, []).append(cell)
+    return [
+        (write_manifest(new_submission_dir(root, grid.name), grid, part, root, options, cells_per_task=1), part)
+        for root, part in by_root.items()
+    ]
 
 
 PROGRESS_EVERY_S = 30  # how often a local grid echoes its running processes' latest log lines
