@@ -388,6 +388,31 @@ def test_a_manifest_written_before_the_renames_still_runs(tmp_path, capsys, monk
     assert refused.returncode == 2 and "has chunks 0..1, not 2" in refused.stderr
 
 
+@pytest.mark.parametrize("edit", ["run folder", "root", "moved"])
+def test_a_manifest_edited_to_write_elsewhere_is_refused(tmp_path, monkeypatch, edit):
+    # an array task runs whatever its manifest names: one edited by hand (or copied) to put a run
+    # outside the root it belongs to is refused in one line, before any cell runs
+    fake_command(tmp_path, "sbatch", 'echo "4242"\n', monkeypatch)
+    root = tmp_path / "runs"
+    assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root)]) == 0
+    (path,) = root.glob("grids/tiny/*/manifest.json")
+    manifest = json.loads(path.read_text())
+    elsewhere = tmp_path / "elsewhere"
+    if edit == "run folder":
+        manifest["cells"][0]["run_dir"] = str(elsewhere / "run")
+    elif edit == "root":  # every folder where the spec puts it under the new root
+        manifest["root"] = str(elsewhere)
+        for cell in manifest["cells"]:
+            cell["run_dir"] = cell["run_dir"].replace(str(root.resolve()), str(elsewhere))
+    else:
+        path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    proc = run_cli("chunk", path, 0)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "is not the run folder of its spec" in proc.stderr if edit == "run folder" else "is not in" in proc.stderr
+    assert not elsewhere.exists() and not list(root.rglob("spec.json"))
+
+
 def test_big_grids_get_more_cells_per_task():
     options = SlurmOptions()
     cells = [SimpleNamespace(spec={"seed": 0, "cell": i}) for i in range(2500)]  # no two differ only in seed

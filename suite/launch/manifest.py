@@ -29,7 +29,7 @@ from suite.errors import FAULTS, SuiteError, missing_extra
 from suite.launch.grid import Grid
 from suite.results.rundir import RunDir, RunLocked, cannot_write, read_json, writable_dir, write_json
 from suite.specs.cell import Cell
-from suite.specs.spec import refuse_loaded_code, shared
+from suite.specs.spec import default_run_dir, refuse_loaded_code, shared
 
 FULL = 4  # a chunk's exit code when the machine failed it (a full disk): every cell after would meet it too
 TO_RUN = ("failed", "interrupted", "missing")  # what a (re-)submitted grid runs; done and running are left alone
@@ -266,11 +266,15 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
         raise SuiteError(f"{manifest_path} has chunks 0..{manifest['n_chunks'] - 1}, not {index}")
     options = RunOptions.read(manifest)
     device = resolve_device(options.device)
+    chunk = [
+        [Cell.from_json({"grid": manifest["grid"]} | manifest["cells"][i]) for i in g]
+        for g in manifest["chunks"][index]
+    ]
+    for cell in (c for cells in chunk for c in cells):  # a grid never writes these; a manifest made by hand might
+        refuse_loaded_code(cell.spec, f"{manifest_path}: {cell.run_dir}")
+        _refuse_stray(cell, Path(manifest["root"]), Path(manifest_path))
     failed = 0
-    for group in manifest["chunks"][index]:
-        cells = [Cell.from_json({"grid": manifest["grid"]} | manifest["cells"][i]) for i in group]
-        for cell in cells:  # a grid never writes one; a manifest made by hand might
-            refuse_loaded_code(cell.spec, f"{manifest_path}: {cell.run_dir}")
+    for cells in chunk:
         pending = [c for c in cells if not RunDir(c.run_dir).finished]
         if pending and _stop_requested:
             print(f"stopped by {_stop_requested[0]} before {pending[0].run_dir}", file=sys.stderr)
@@ -280,6 +284,15 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
             return code
         failed += code
     return 1 if failed else 0
+
+
+def _refuse_stray(cell: Cell, root: Path, path: Path) -> None:
+    """One line unless the manifest sits in its root's grids/<grid>/<stamp>/ and the cell's run folder
+    is the one its spec has under that root: a chunk writes nowhere else."""
+    if path.resolve().parent.parent.parent != (root / "grids").resolve():
+        raise SuiteError(f"{path} is not in {root / 'grids'}/<grid>/<stamp>/, where its root's manifests are")
+    if cell.run_dir != default_run_dir(cell.spec, root):
+        raise SuiteError(f"{path}: {cell.run_dir} is not the run folder of its spec under {root}")
 
 
 def _run_group(options: RunOptions, cells: list[Cell], pending: list[Cell], device) -> int:
