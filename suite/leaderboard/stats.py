@@ -75,17 +75,13 @@ def summarise(outcomes: list[dict], walls: list) -> dict:
         return [o[key] for o in outcomes if o[key] is not None]
 
     mem, grok = reached("memorization_step"), reached("grok_step")
-    delay = [
-        o["grok_step"] - o["memorization_step"]
-        for o in outcomes
-        if o["grok_step"] is not None and o["memorization_step"] is not None
-    ]
     # each seed's delay, a seed that never grokked waiting forever (as its time to target does)
     delays = [
         math.inf if o["grok_step"] is None else o["grok_step"] - o["memorization_step"]
         for o in outcomes
         if o["grok_step"] is None or o["memorization_step"] is not None
     ]
+    delay = [d for d in delays if d != math.inf]
     times = [o["time"] for o in outcomes]
     grokked = [o for o in outcomes if o["grok_step"] is not None and o["last_step"] is not None]
     watched = [o["last_step"] - o["grok_step"] for o in grokked]  # how long a collapse had to show
