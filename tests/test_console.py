@@ -31,7 +31,7 @@ def test_status_of_a_tuned_grid_says_where_its_search_stands_and_lists_its_tunin
     (tmp_path / "g.toml").write_text(TINY_FIXED + tuned)
     assert main(["status", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith(": 0 of 1 trials finished, in round 1 of 1; final runs not drawn yet")
+    assert out[0].endswith(": 0 of 1 trials finished, in round 1 of 1 (adam searching); final runs not drawn yet")
     assert out[1].startswith(f"missing     {tmp_path / 'runs' / 'tuning'}") and out[-1] == "1 cells: 0 done, 1 missing"
 
 

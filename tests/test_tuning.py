@@ -48,7 +48,8 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
     root = tmp_path / "runs"
     dry = ["tune", str(tmp_path / "g.toml"), "--root", str(root), "--dry-run"]
     assert main(dry) == 0  # where the tune stands, a line a cell
-    assert ": 0 of 4 trials finished, in round 1 of 1; final runs not drawn yet" in capsys.readouterr().err
+    said = ": 0 of 4 trials finished, in round 1 of 1 (adam, sgd searching); final runs not drawn yet"
+    assert said in capsys.readouterr().err
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
     tuning = [json.loads(p.read_text())["spec"] for p in (root / "tuning").rglob("result.json")]
     final = [json.loads(p.read_text())["spec"] for p in (root / "final").rglob("result.json")]
@@ -183,7 +184,7 @@ def test_a_search_that_has_chosen_runs_its_final_seeds_while_another_search_is_u
     assert len(finals) == 5 and {s["opt"]["name"] for s in finals} == {"adam"}
     assert sorted(record["chosen"][0]["final_runs"]) == sorted(spec_id(s) for s in finals)
     assert main([*tune, "--dry-run"]) == 0
-    assert ": 3 of 4 trials finished, in round 1 of 1; 5 of 5 final runs finished (of the 1 searches finished)" in (
+    assert ": 3 of 4 trials finished, in round 1 of 1 (sgd searching); 5 of 5 final runs finished (adam)" in (
         capsys.readouterr().err
     )
     held.unlock()
@@ -209,6 +210,9 @@ def test_a_method_whose_search_found_no_working_point_runs_no_final_seeds(tmp_pa
     record = json.loads((root / "final" / "tuning.json").read_text())
     assert [c["final_runs"] for c in record["chosen"]] == [[], []]
     assert not list((root / "final").rglob("result.json"))
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--dry-run"]) == 0
+    said = "4 of 4 trials finished; no final runs for adam, sgd: no trial of their search reached the target"
+    assert said in capsys.readouterr().err
 
 
 def test_the_profile_by_method_keeps_a_method_one_row_when_it_chose_different_points():

@@ -238,29 +238,35 @@ def choices(grid: Grid, tuning: Tuning, root: Path) -> list[dict]:
 
 
 def progress(grid: Grid, tuning: Tuning, root: Path) -> list[str]:
-    """Where a tune stands, a line a cell: the round its slowest method's search is in, its methods'
-    finished trials, and its final runs once every search in it has finished (runs under root)."""
+    """Where a tune stands, a line a cell (runs under root): its methods' finished trials, the round
+    its slowest search is in and the methods still searching, the final runs of the searches that
+    have chosen, and the methods whose search reached no target (they have no final runs)."""
     lines = []
     for cell in grid.cells:
-        rounds, finished = [], 0
+        rounds, finished = {}, 0
         for method in tuning.methods:
             trials, tried = search(grid, tuning, root / "tuning", cell, method)
             done = {s["point"] for s in tried}
-            rounds.append(next((t.round for t in trials if t.point not in done), len(tuning.rounds)))
+            rounds[method.name] = next((t.round for t in trials if t.point not in done), len(tuning.rounds))
             finished += len(tried)
         line = f"{cell_name(cell)}: {finished} of {tuning.trials * len(tuning.methods)} trials finished"
+        searching = [name for name, r in rounds.items() if r < len(tuning.rounds)]
+        if searching:
+            line += f", in round {min(rounds.values()) + 1} of {len(tuning.rounds)} ({', '.join(searching)} searching)"
         one = Grid(grid.name, grid.path, [cell], grid.slurm)
         chosen = choices(one, tuning, root / "tuning")
         finals = final_cells(one, tuning, chosen, root / "final")
-        done = f"{sum(RunDir(c.run_dir).finished for c in finals)} of {len(finals)} final runs finished"
-        if min(rounds) < len(tuning.rounds):
-            of = f" (of the {len(chosen)} searches finished)" if chosen else ""
-            lines.append(
-                f"{line}, in round {min(rounds) + 1} of {len(tuning.rounds)}; "
-                + (f"{done}{of}" if chosen else "final runs not drawn yet")
-            )
-            continue
-        lines.append(f"{line}; {done}")
+        ran = [c["method"] for c in chosen if reached(c)]
+        failed = [c["method"] for c in chosen if not reached(c)]
+        if not chosen:
+            line += "; final runs not drawn yet"
+        elif ran:
+            line += f"; {sum(RunDir(c.run_dir).finished for c in finals)} of {len(finals)} final runs finished"
+            line += f" ({', '.join(ran)})" if searching else ""
+        if failed:
+            line += f"; no final runs for {', '.join(failed)}: no trial of {'its' if len(failed) == 1 else 'their'}"
+            line += " search reached the target"
+        lines.append(line)
     return lines
 
 
