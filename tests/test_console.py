@@ -1,8 +1,15 @@
 """What a user sees on the terminal while a grid runs, and when `status` finds nothing."""
 
-from conftest import TINY_FIXED
+import contextlib
+import io
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+from conftest import TINY_FIXED, ChunkHere
 
 from suite.cli import main
+from suite.launch import local
 from suite.launch.local import progress_lines
 
 
@@ -71,3 +78,27 @@ def test_progress_names_an_optimizer_by_the_decay_it_runs_where_its_name_says_an
     assert label({"model": "transformer", "opt": "adamw"}) == "adamw modular/transformer"
     assert label({"opt": "adam"}) == "adam modular/mlp"
     assert label({"opt": "muon"}, {"decoupled_weight_decay": False}, 2) == "muon (coupled decay) modular/mlp x2"
+
+
+def test_status_calls_the_cells_a_running_local_grid_has_yet_to_start_queued(tmp_path, capsys, monkeypatch):
+    # while a local grid runs, the cells it has not started are its, not missing; once it has
+    # ended, a cell of its manifest that has no folder is missing again
+    (tmp_path / "g.toml").write_text(TINY_FIXED + "[axes]\nseed = [0, 1, 2]\n")
+    status = ["status", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs")]
+    seen = []
+
+    def start(argv, **kwargs):  # each worker as it starts: what status says first, then the chunk
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(status) == 0
+        seen.append(out.getvalue().splitlines()[-1])
+        return ChunkHere(argv, **kwargs)
+
+    monkeypatch.setattr(local, "subprocess", SimpleNamespace(Popen=start, STDOUT=subprocess.STDOUT))
+    grid = ["grid", str(tmp_path / "g.toml"), "--root", str(tmp_path / "runs"), "--workers", "1", "--stack", "1"]
+    assert main(grid) == 0
+    assert seen == ["3 cells: 0 done, 3 queued", "3 cells: 1 done, 2 queued", "3 cells: 2 done, 1 queued"]
+    capsys.readouterr()
+    shutil.rmtree(next((tmp_path / "runs").glob("*/seed2-*")))
+    assert main(status) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 cells: 2 done, 1 missing"

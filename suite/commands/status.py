@@ -1,6 +1,6 @@
 """`python -m suite status FILE`: done / running / queued / failed / interrupted / missing, per cell of a
-grid file (queued: an array task Slurm still holds will run it); of a tuned grid, where each cell's
-search stands, then its tuning runs drawn so far."""
+grid file (queued: an array task Slurm still holds, or a local grid or tune running now, will start
+it); of a tuned grid, where each cell's search stands, then its tuning runs drawn so far."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    from suite.launch import grid
+    from suite.launch import grid, local
     from suite.launch.slurm import follow_ups, last_follow_up, queued
 
     g = grid.load(args.grid_file, args.root).only(args.experiment)
@@ -42,7 +42,8 @@ def run(args) -> int:
         if queued_follow_ups == [] and (last := last_follow_up(root)) is not None:
             print(f"no follow-up job is queued; the last, {last[0]}, has ended: its log is {last[1]}")
         cells, root = tuning_cells(g, tuning, root / "tuning"), root / "tuning"
-    for line in status_lines(cells, args.root, _ask_slurm(queued, root) or set(), show_done=args.all):
+    held = (_ask_slurm(queued, root) or set()) | local.queued(root)
+    for line in status_lines(cells, args.root, held, show_done=args.all):
         print(line)
     return 0
 
