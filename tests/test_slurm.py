@@ -23,6 +23,7 @@ from suite.cli import main
 from suite.launch.grid import load
 from suite.launch.slurm import SlurmOptions, fit_array
 from suite.results.rundir import RunDir
+from suite.specs.spec import default_run_dir
 
 TINY = REPO / "suite/grids/tiny.toml"
 
@@ -388,10 +389,11 @@ def test_a_manifest_written_before_the_renames_still_runs(tmp_path, capsys, monk
     assert refused.returncode == 2 and "has chunks 0..1, not 2" in refused.stderr
 
 
-@pytest.mark.parametrize("edit", ["run folder", "root", "moved"])
+@pytest.mark.parametrize("edit", ["run folder", "root", "moved", "code"])
 def test_a_manifest_edited_to_write_elsewhere_is_refused(tmp_path, monkeypatch, edit):
     # an array task runs whatever its manifest names: one edited by hand (or copied) to put a run
-    # outside the root it belongs to is refused in one line, before any cell runs
+    # outside the root it belongs to, or to let a model run its folder's code, is refused in one
+    # line, before any cell runs
     fake_command(tmp_path, "sbatch", 'echo "4242"\n', monkeypatch)
     root = tmp_path / "runs"
     assert main(["grid", str(TINY), "--backend", "slurm", "--root", str(root)]) == 0
@@ -404,12 +406,17 @@ def test_a_manifest_edited_to_write_elsewhere_is_refused(tmp_path, monkeypatch, 
         manifest["root"] = str(elsewhere)
         for cell in manifest["cells"]:
             cell["run_dir"] = cell["run_dir"].replace(str(root.resolve()), str(elsewhere))
+    elif edit == "code":  # the run folder its edited spec has
+        cell = manifest["cells"][0]
+        cell["spec"]["model"]["trust_remote_code"] = True
+        cell["run_dir"] = str(default_run_dir(cell["spec"], manifest["root"]))
     else:
         path = tmp_path / "manifest.json"
     path.write_text(json.dumps(manifest))
     proc = run_cli("chunk", path, 0)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "is not the run folder of its spec" in proc.stderr if edit == "run folder" else "is not in" in proc.stderr
+    said = {"run folder": "is not the run folder of its spec", "code": "would run the code of the model's folder"}
+    assert said.get(edit, "is not in") in proc.stderr
     assert not elsewhere.exists() and not list(root.rglob("spec.json"))
 
 

@@ -270,9 +270,7 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
         [Cell.from_json({"grid": manifest["grid"]} | manifest["cells"][i]) for i in g]
         for g in manifest["chunks"][index]
     ]
-    for cell in (c for cells in chunk for c in cells):  # a grid never writes these; a manifest made by hand might
-        refuse_loaded_code(cell.spec, f"{manifest_path}: {cell.run_dir}")
-        _refuse_stray(cell, Path(manifest["root"]), Path(manifest_path))
+    _refuse_stray([c for cells in chunk for c in cells], Path(manifest["root"]), Path(manifest_path))
     failed = 0
     for cells in chunk:
         pending = [c for c in cells if not RunDir(c.run_dir).finished]
@@ -286,13 +284,16 @@ def run_chunk(manifest_path: str | Path, index: int) -> int:
     return 1 if failed else 0
 
 
-def _refuse_stray(cell: Cell, root: Path, path: Path) -> None:
-    """One line unless the manifest sits in its root's grids/<grid>/<stamp>/ and the cell's run folder
-    is the one its spec has under that root: a chunk writes nowhere else."""
+def _refuse_stray(cells: list[Cell], root: Path, path: Path) -> None:
+    """What a grid never writes but a manifest made by hand (or moved) might, refused in one line: a
+    manifest outside its root's grids/<grid>/<stamp>/, a cell whose run folder is not the one its spec
+    has under that root (a chunk writes nowhere else), a spec that would run a model folder's code."""
     if path.resolve().parent.parent.parent != (root / "grids").resolve():
         raise SuiteError(f"{path} is not in {root / 'grids'}/<grid>/<stamp>/, where its root's manifests are")
-    if cell.run_dir != default_run_dir(cell.spec, root):
-        raise SuiteError(f"{path}: {cell.run_dir} is not the run folder of its spec under {root}")
+    for cell in cells:
+        if cell.run_dir != default_run_dir(cell.spec, root):
+            raise SuiteError(f"{path}: {cell.run_dir} is not the run folder of its spec under {root}")
+        refuse_loaded_code(cell.spec, f"{path}: {cell.run_dir}")
 
 
 def _run_group(options: RunOptions, cells: list[Cell], pending: list[Cell], device) -> int:
