@@ -5,7 +5,6 @@ and is said once, last, naming the file."""
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import signal
@@ -77,8 +76,8 @@ def run_local(
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        for lock in pool.held:
-            lock.close()
+        for folder in pool.held:
+            folder.unlock()
     left = sum(len(pool.jobs[j][2]) for j in pool.pending)
     counts = ", ".join(f"{v} {k}" for k, v in pool.counts.items() if v or k == "done")
     print(counts + (f", {left} not started" if left else ""), file=sys.stderr)
@@ -110,12 +109,8 @@ def queued(root: str | Path) -> set[Path]:
     those of its submissions (whose .lock it holds) not made yet."""
     found = set()
     for lock in Path(root).glob("grids/*/*/.lock"):
-        with open(lock) as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                continue  # its process has ended
-            except BlockingIOError:
-                pass
+        if not RunDir(lock.parent).is_locked():  # its process has ended
+            continue
         try:
             cells = read_manifest(lock.with_name("manifest.json"))["cells"]
         except (OSError, ValueError, LookupError):  # being written, or damaged: those cells say what they are
@@ -154,12 +149,12 @@ class _Workers:
         self.total = 0  # cells added
         self.stopped = []
         self.full = None  # the line of the first chunk that met a full disk: no chunk starts after it
-        self.held = []  # each submission's .lock, held while this process runs it (queued())
+        self.held = []  # each submission's folder, locked while this process runs it (queued())
 
     def add(self, manifest: Path, cells: list[Cell], prefix: str) -> None:
         """Queue the chunks of a manifest (its cells in its order) behind those queued before."""
-        self.held.append(open(manifest.parent / ".lock", "w"))  # a folder of its own: nobody else locks it
-        fcntl.flock(self.held[-1], fcntl.LOCK_EX)
+        self.held.append(RunDir(manifest.parent))
+        self.held[-1].lock()
         chunks = read_manifest(manifest)["chunks"]
         for k, chunk in enumerate(chunks):
             self.pending.append(len(self.jobs))
