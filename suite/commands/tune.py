@@ -122,7 +122,7 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
     final runs once they are chosen."""
     from suite.launch import grid
     from suite.launch.submit import run_grid
-    from suite.launch.tuning import choose, final_cells, tuning_cells
+    from suite.launch.tuning import choose, final_cells, reached, tuning_cells
 
     known = None
     while True:  # a round's points are known once the rounds before it are done: run until none is new
@@ -145,6 +145,14 @@ def _phases(args, g, tuning, root: Path, write) -> tuple[int, object]:
             file=sys.stderr,
         )
         return 0, None
+    for c in chosen:
+        if not reached(c):
+            print(
+                f"cell [{c['cell']}], method '{c['method']}': no trial reached the target on any tuning seed; "
+                f"the tie-break chose point {c['chosen']} by its best val accuracy, and its final runs are skipped "
+                "(they could give no verdict): no row for it in that cell",
+                file=sys.stderr,
+            )
     final = grid.Grid(f"{g.name}-final", g.path, final_cells(g, tuning, chosen, root / "final"), g.slurm)
     if not args.dry_run:
         (root / "final").mkdir(parents=True, exist_ok=True)

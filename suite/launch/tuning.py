@@ -11,8 +11,10 @@ trials, and the score comes from runs separate from the tuning. Here, for each c
    failed seed counting as infinity), ties to the higher median best val accuracy, then the
    earlier point;
 3. final: that point run on the final seeds, which must be 5 or more and none of them a tuning
-   seed. Only these runs count in the leaderboard of ROOT/final, beside tuning.json: the space,
-   N, the seeds, and per cell and method every point tried with its scores and the one chosen.
+   seed; not where the chosen point reached the target on no tuning seed (the search failed, and a
+   verdict could not be given: the choice says so, and the method gets no row in that cell). Only
+   these runs count in the leaderboard of ROOT/final, beside tuning.json: the space, N, the seeds,
+   and per cell and method every point tried with its scores and the one chosen.
 
     [tuning]
     trials = 8                        # N: points per method per cell
@@ -261,6 +263,9 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> l
     for cell in grid.cells:
         for method in tuning.methods:
             entry = by[cell_name(cell), method.name]
+            if not reached(entry):  # by the board's rule its final runs could give no verdict
+                entry["final_runs"] = []
+                continue
             where = str(grid.path)
             specs = [spec_for(cell.spec, method, entry["settings"], seed, where) for seed in tuning.final_seeds]
             entry["final_runs"] = [spec_id(spec) for spec in specs]
@@ -269,6 +274,13 @@ def final_cells(grid: Grid, tuning: Tuning, chosen: list[dict], root: Path) -> l
                 run_dir = default_run_dir(spec, root)
                 cells.setdefault(spec_id(spec), Cell(spec, run_dir, label, f"{grid.name}-final", method.name))
     return list(cells.values())
+
+
+def reached(choice: dict) -> bool:
+    """Did the chosen trial reach the target on any tuning seed? Where none did, the search failed and
+    the tie-break picked its point by best val accuracy (then by index): its final runs are skipped."""
+    chosen = next(t for t in choice["tried"] if t["point"] == choice["chosen"])
+    return any(math.isfinite(time) for time in chosen["times"])
 
 
 def cost_specs(tuning: Tuning, record: dict, where: str) -> dict[str, dict]:
@@ -280,7 +292,7 @@ def cost_specs(tuning: Tuning, record: dict, where: str) -> dict[str, dict]:
             record["cells"][c["cell"]], methods[c["method"]], c["settings"], tuning.final_seeds[0], where
         )
         for c in record["chosen"]
-        if c["method"] in methods and c["cell"] in record.get("cells", {})
+        if c["method"] in methods and c["cell"] in record.get("cells", {}) and reached(c)
     }
 
 
