@@ -270,3 +270,25 @@ def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(tmp_pat
     assert "tuning failed" not in row and row.rstrip(" |").split("; ")[0].split("| ")[-1].startswith(
         ("faster", "slower", "not resolved")
     )
+
+
+def test_a_seed_whose_stack_has_not_begun_bounds_its_trial_by_nothing():
+    # trial T: seed 100 below the target at step 3,000, seed 101 in a later stack of this process (a
+    # resume can split a trial's seeds so), not evaluated yet; rival R finished at 2,000 on both seeds.
+    # T's median can still end below 2,000 (seed 101 may grok at 1,000): it has not lost.
+    from types import SimpleNamespace as NS
+
+    from suite.engine.milestones import Milestones
+    from suite.engine.race import Race
+
+    race = {"trial": ["t100", "t101"], "rivals": [["r100", "r101"]]}
+
+    def member(run_dir, record=None, result=None):
+        cell = NS(run_dir=run_dir, race=race)
+        return NS(cell=cell, record=record, result=result, milestones=Milestones(0.99, 0.99, 0))
+
+    rivals = [member(d, result={"grok_step": 2000}) for d in ("r100", "r101")]
+    evaluated, waiting = member("t100", record={"step": 3000}), member("t101")
+    assert not Race([*rivals, evaluated, waiting]).lost(evaluated)
+    waiting.record = {"step": 2500}  # once it is below the target past the bar too, the trial has lost
+    assert Race([*rivals, evaluated, waiting]).lost(evaluated)

@@ -8,7 +8,8 @@ it can is known from lower bounds on each seed's grok step (a grok is never earl
 
 - a finished seed: its grok step (infinity if it never grokked);
 - a seed training here: its grok step so far (a collapse only moves it later), else where its
-  current streak at the target began, else the step just evaluated (it is below the target now);
+  current streak at the target began, else the step it last evaluated (it is below the target
+  there); one of this process not evaluated yet (a later stack) knows nothing: 0;
 - a seed elsewhere, not finished: 0.
 
 The median of lower bounds is a lower bound of the median, so a trial stopped when it exceeds the
@@ -33,20 +34,22 @@ class Race:
         self.here = {str(m.cell.run_dir): m for m in members}
         self.finished: dict[str, float] = {}  # run folder -> its grok step (inf: none), once finished
 
-    def lost(self, member, step: int) -> bool:
+    def lost(self, member) -> bool:
         """Can the member's trial no longer win at this evaluation?"""
         race = member.cell.race
         if not race:
             return False
         bars = [self._median_if_finished(trial) for trial in race["rivals"]]
         bar = min((b for b in bars if b is not None and math.isfinite(b)), default=None)
-        return bar is not None and float(np.median([self._lower_bound(d, step) for d in race["trial"]])) > bar
+        return bar is not None and float(np.median([self._lower_bound(d) for d in race["trial"]])) > bar
 
-    def _lower_bound(self, run_dir: str, step: int) -> float:
+    def _lower_bound(self, run_dir: str) -> float:
         m = self.here.get(run_dir)
         if m is not None and m.result is None:
+            if m.record is None:  # not evaluated yet (its stack has not begun)
+                return 0.0
             reached = m.milestones
-            return float(next(s for s in (reached.grok_step, reached.held_since, step) if s is not None))
+            return float(next(s for s in (reached.grok_step, reached.held_since, m.record["step"]) if s is not None))
         grok = self._grok_if_finished(run_dir)
         return 0.0 if grok is None else grok
 

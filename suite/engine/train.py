@@ -158,7 +158,7 @@ def record(stack: Stack, step: int, how: dict, clock: WallShare, race: Race | No
         if stack.cfg.keep_weights:
             m.keep_weights(step, lambda i=i: stack.model.member_state_dicts()[i])
     for m in stack.live:
-        if reason := stop_reason(m, stack.cfg, step) or ("raced" if race and race.lost(m, step) else None):
+        if reason := stop_reason(m, stack.cfg, step) or ("raced" if race and race.lost(m) else None):
             finish(stack, m, step, reason, m.wall_before + clock.now(), how)
 
 
