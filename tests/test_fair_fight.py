@@ -18,6 +18,7 @@ from suite.launch.grid import load
 from suite.launch.spaces import parse
 from suite.launch.tuning import check_cells, spec_for
 from suite.leaderboard import generate
+from suite.leaderboard.studies.tuning import race_audit
 from suite.specs.spec import resolve
 
 # the workers of a grid or tune run in this process: what they compute is the point, not their processes
@@ -137,6 +138,22 @@ def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_
     assert "| delay [range] |" in page
     ortho = next(line for line in page.split("## Verdicts")[1].splitlines() if line.startswith("| fight | ortho |"))
     assert ortho.split("|")[3].strip().endswith("weight_decay=0")  # the shared setting its definition fixes
+    # every stopped trial is checked to have lost, from its runs' own evaluations
+    stopped = sum(any(t.get("raced", [])) for c in record["chosen"] for t in c["tried"])
+    assert f"each of the {stopped} trials it stopped is shown, from its runs' own evaluations, to have lost" in page
+    choice = next(c for c in record["chosen"] if any(any(t.get("raced", [])) for t in c["tried"]))
+    trial = next(t for t in choice["tried"] if any(t.get("raced", [])))
+    runs = tmp_path / "true" / "tuning"
+    trial["last_val"] = [1.0] * len(trial["last_val"])  # as if stopped at the target: read from its runs
+    name = f"{choice['cell']} {choice['method']} point {trial['point']}"
+    assert race_audit(record, runs) == (stopped, [], [])
+    assert name in race_audit(record, tmp_path / "elsewhere")[2]  # its runs not there: not checked, not accused
+    older = json.loads(json.dumps(record))
+    for t in (t for c in older["chosen"] for t in c["tried"]):
+        t.pop("last_val", None)  # a record from before it was kept: every stopped run is read
+    assert race_audit(older, runs) == (stopped, [], [])
+    trial["last_val"], trial["steps"] = [0.0] * len(trial["steps"]), [1] * len(trial["steps"])  # stopped at step 1
+    assert race_audit(record, runs)[1] == [name]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,14 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+from pathlib import Path
 
+import numpy as np
+
+from suite.engine.milestones import Milestones
+from suite.errors import SuiteError
+from suite.launch.adding import recorded_protocol
+from suite.launch.tuning import spec_for
 from suite.leaderboard.pages import profile_table
 from suite.leaderboard.speedup import median_interval
 from suite.leaderboard.stats import TAU_MAX
@@ -18,8 +25,9 @@ from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, milestone_text, p_text, steps_text
 from suite.leaderboard.tuned import NO_DELAY, Judgement, by_time, chosen, judge, profile_by_method
 from suite.results.result import TRAIN
-from suite.results.rundir import UnreadableFile
+from suite.results.rundir import RunDir, UnreadableFile
 from suite.results.tuning_record import record_of
+from suite.specs.spec import default_run_dir
 
 
 @section("board", runner=TRAIN)
@@ -59,7 +67,7 @@ def tuning(board: Board) -> list[str]:
             ],
             right=set(),
         ),
-        *_race(record),
+        *_race(record, board.col.root),
         "## Chosen\n",
         *(
             [
@@ -295,9 +303,10 @@ def _profile(rows: dict, record: dict) -> list[str]:
     ]
 
 
-def _race(record: dict) -> list[str]:
+def _race(record: dict, root: Path) -> list[str]:
     """What the race saved: the budget steps its stopped runs did not take (an upper bound: without
-    the race some would have stopped on their own earlier), against every tuning run's steps."""
+    the race some would have stopped on their own earlier), against every tuning run's steps; and
+    whether every trial it stopped had lost (race_audit)."""
     tried = [t for c in record["chosen"] for t in c["tried"] if "raced" in t]
     if not tried:
         return []
@@ -305,12 +314,74 @@ def _race(record: dict) -> list[str]:
     saved = sum(b - s for t in tried for s, b, raced in zip(t["steps"], t["budget"], t["raced"]) if raced)
     ran = sum(sum(t["steps"]) for t in tried)
     stopped = sum(map(sum, (t["raced"] for t in tried)))
+    runs_dir = Path(root).parent / "tuning"
+    trials, could_win, unchecked = race_audit(record, runs_dir)
+    if could_win:
+        audit = (
+            f"**{len(could_win)} of the {trials} trials it stopped could still have won when stopped** "
+            f"({'; '.join(could_win)}): those searches' choices may not be the ones a search without the race makes"
+        )
+    elif unchecked:
+        audit = (
+            f"{trials - len(unchecked)} of the {trials} trials it stopped are shown, from their runs' own evaluations, "
+            f"to have lost; {len(unchecked)} were stopped at the target and their runs are not under {runs_dir} to tell"
+        )
+    else:
+        audit = f"each of the {trials} trials it stopped is shown, from its runs' own evaluations, to have lost"
     return [
         f"The race stopped each trial whose median could no longer end below a finished rival's (so the choice is "
         f"the one a search without it makes): {stopped} of {runs} tuning runs stopped, "
         f"{ran:,} steps ran, and the stopped runs left up to {saved:,} budget steps untaken "
-        f"({saved / (ran + saved):.0%} of the tuning at most).\n"
+        f"({saved / (ran + saved):.0%} of the tuning at most); {audit}.\n"
     ]
+
+
+def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[str]]:
+    """Did every trial the race stopped lose? A seed's grok step is at least: its time, where its run
+    finished; else, where it was stopped, its grok step so far, else where its streak at the target
+    began, else its last step (the race's own bounds, suite/engine/race.py). A stopped trial lost when
+    the median of those bounds is above its search's chosen median time. A run stopped at the target
+    is read from its evaluations under tuning_runs (the record keeps only its last val accuracy).
+    Returns the number of trials stopped, those that could still have won, and those not shown to
+    have lost because such a run is not there or cannot be read (each "cell method point k")."""
+    tuning = None  # built on first need: only a run stopped at the target is looked up
+    trials, could_win, unchecked = 0, [], []
+    for choice in record["chosen"]:
+        winner = next(t for t in choice["tried"] if t["point"] == choice["chosen"])
+        best = math.inf if winner["median_time"] is None else winner["median_time"]
+        train = record["cells"][choice["cell"]]["train"]
+        for t in choice["tried"]:
+            if not any(t.get("raced", [])):
+                continue
+            trials += 1
+            bounds, unread = [], False
+            for seed, time, raced, step, val in zip(
+                record["tuning_seeds"],
+                t["times"],
+                t["raced"],
+                t["steps"],
+                t.get("last_val", [math.inf] * len(t["steps"])),
+            ):  # a record without last_val (before protocol version 3) reads every stopped run
+                if not raced or (time is not None and math.isfinite(time)):
+                    bounds.append(math.inf if time is None else time)
+                elif val < train["target"]:
+                    bounds.append(step)
+                else:
+                    try:
+                        tuning = tuning or recorded_protocol(record, "tuning.json")
+                        method = next(m for m in tuning.methods if m.name == choice["method"])
+                        spec = spec_for(record["cells"][choice["cell"]], method, t["settings"], seed, "tuning.json")
+                        evaluations = RunDir(default_run_dir(spec, tuning_runs)).read_metrics()
+                    except (SuiteError, UnreadableFile):  # a method of a plugin not loaded here, a damaged run
+                        evaluations = []
+                    unread = unread or not evaluations
+                    reached = Milestones.of(evaluations, train["memorization"], train["target"], train["hold"])
+                    last = evaluations[-1]["step"] if evaluations else 0.0
+                    bounds.append(next(s for s in (reached.grok_step, reached.held_since, last) if s is not None))
+            if not float(np.median(bounds)) > best:
+                name = f"{choice['cell']} {choice['method']} point {t['point']}"
+                (unchecked if unread else could_win).append(name)
+    return trials, could_win, unchecked
 
 
 def _shared(record: dict) -> list[str]:
