@@ -85,14 +85,6 @@ def protocol(record: dict, method_file: str | Path, earlier: dict) -> Tuning:
     return parse(_table(record, _methods(record["methods"] | earlier) | methods), str(path), record["grid"])
 
 
-def recorded_protocol(record: dict, where: str) -> Tuning:
-    """The protocol a tuning.json records, with the methods it records; one line if this suite cannot run it."""
-    try:
-        return parse(_table(record, _methods(record["methods"])), where, record["grid"])
-    except SuiteError as err:
-        raise SuiteError(f"{where} is not a protocol this suite runs ({err})") from None
-
-
 def _methods(recorded: dict) -> dict:
     """Methods as tuning.json records them, as a [tuning] table's methods."""
     return {
@@ -128,7 +120,10 @@ def check_board(record: dict, board_runs: Path, cells: list[str] = ()) -> None:
     a budget, a range), deleted or foreign runs would otherwise put a new method under another
     protocol than its baselines', or judge it on fewer seeds without a word."""
     where = str(board_runs / "tuning.json")
-    tuning = recorded_protocol(record, where)
+    try:
+        tuning = parse(_table(record, _methods(record["methods"])), where, record["grid"])
+    except SuiteError as err:
+        raise SuiteError(f"{where} is not a protocol this suite runs ({err})") from None
     methods, runs = {m.name: m for m in tuning.methods}, _finished_runs(board_runs)
     for choice in record["chosen"]:
         if cells and choice["cell"] not in cells:

@@ -15,9 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from suite.engine.milestones import Milestones
-from suite.errors import SuiteError
-from suite.launch.adding import recorded_protocol
-from suite.launch.tuning import spec_for
 from suite.leaderboard.pages import profile_table
 from suite.leaderboard.speedup import median_interval
 from suite.leaderboard.stats import TAU_MAX
@@ -25,9 +22,8 @@ from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, milestone_text, p_text, steps_text
 from suite.leaderboard.tuned import NO_DELAY, Judgement, by_time, chosen, judge, profile_by_method
 from suite.results.result import TRAIN
-from suite.results.rundir import RunDir, UnreadableFile
+from suite.results.rundir import RunDir, UnreadableFile, read_json, result_files
 from suite.results.tuning_record import record_of
-from suite.specs.spec import default_run_dir
 
 
 @section("board", runner=TRAIN)
@@ -344,12 +340,13 @@ def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[st
     is read from its evaluations under tuning_runs (the record keeps only its last val accuracy).
     Returns the number of trials stopped, those that could still have won, and those not shown to
     have lost because such a run is not there or cannot be read (each "cell method point k")."""
-    tuning = None  # built on first need: only a run stopped at the target is looked up
+    stopped_at_target = None  # read on first need: only a run stopped at the target is looked up
     trials, could_win, unchecked = 0, [], []
     for choice in record["chosen"]:
         winner = next(t for t in choice["tried"] if t["point"] == choice["chosen"])
         best = math.inf if winner["median_time"] is None else winner["median_time"]
-        train = record["cells"][choice["cell"]]["train"]
+        base = record["cells"][choice["cell"]]
+        train = base["train"]
         for t in choice["tried"]:
             if not any(t.get("raced", [])):
                 continue
@@ -367,12 +364,15 @@ def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[st
                 elif val < train["target"]:
                     bounds.append(step)
                 else:
+                    stopped_at_target = stopped_at_target if stopped_at_target is not None else _raced(tuning_runs)
+                    found = [
+                        folder
+                        for folder, spec, experiment in stopped_at_target
+                        if experiment == f"tuning/{choice['method']}" and _is_trial(spec, base, t["settings"], seed)
+                    ]
                     try:
-                        tuning = tuning or recorded_protocol(record, "tuning.json")
-                        method = next(m for m in tuning.methods if m.name == choice["method"])
-                        spec = spec_for(record["cells"][choice["cell"]], method, t["settings"], seed, "tuning.json")
-                        evaluations = RunDir(default_run_dir(spec, tuning_runs)).read_metrics()
-                    except (SuiteError, UnreadableFile):  # a method of a plugin not loaded here, a damaged run
+                        evaluations = RunDir(found[0]).read_metrics() if len(found) == 1 else []
+                    except UnreadableFile:
                         evaluations = []
                     unread = unread or not evaluations
                     reached = Milestones.of(evaluations, train["memorization"], train["target"], train["hold"])
@@ -382,6 +382,29 @@ def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[st
                 name = f"{choice['cell']} {choice['method']} point {t['point']}"
                 (unchecked if unread else could_win).append(name)
     return trials, could_win, unchecked
+
+
+def _raced(tuning_runs: Path) -> list[tuple[Path, dict, str]]:
+    """The runs under tuning_runs the race stopped: (folder, spec, experiment)."""
+    found = []
+    for path in result_files(tuning_runs) if Path(tuning_runs).is_dir() else []:
+        try:
+            result = read_json(path)
+        except UnreadableFile:  # that run says so where it is read as a run; here it is not found
+            continue
+        if isinstance(result, dict) and result.get("stop_reason") == "raced" and isinstance(result.get("spec"), dict):
+            found.append((path.parent, result["spec"], result.get("experiment")))
+    return found
+
+
+def _is_trial(spec: dict, base: dict, settings: dict, seed: int) -> bool:
+    """Is this the run of a trial (its settings, on this seed) in the cell of base? A method never
+    changes its cell's task and model (suite/launch/tuning.py), and each setting is one component's."""
+    if spec.get("seed") != seed or spec.get("task") != base["task"] or spec.get("model") != base["model"]:
+        return False
+    return all(
+        any(isinstance(c, dict) and c.get(key) == value for c in spec.values()) for key, value in settings.items()
+    )
 
 
 def _shared(record: dict) -> list[str]:
