@@ -38,6 +38,16 @@ def test_a_later_streak_that_holds_and_lasts_counts_after_a_collapse():
     assert Milestones.of(records, 0.99, 0.99, 300, until=400).grok_step == 100
 
 
+def test_the_earliest_grok_is_never_after_the_grok_a_run_then_makes():
+    """The race stops a trial on these bounds: each must be at most the grok step the run ends with."""
+    vals = [0.1, 0.995, 0.995, 0.2, 0.5, 0.995, 0.995, 0.995, 0.995, 0.999]
+    final = replay(vals, hold=300).grok_step
+    assert final == 500
+    bounds = [replay(vals[: i + 1], hold=300).earliest_grok(i * 100) for i in range(len(vals))]
+    assert bounds == [0, 100, 100, 300, 400, 500, 500, 500, 500, 500]  # last step, streak start, held grok
+    assert all(b <= final for b in bounds)
+
+
 def test_hold_zero_is_the_first_touch_and_the_budget_cuts_an_unfinished_hold():
     assert replay([0.1, 0.995, 0.9], hold=0).grok_step == 100
     assert replay([0.1, 0.995, 0.2], hold=0).grok_step is None  # a touch that collapses is no grok, even at hold 0

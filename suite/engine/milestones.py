@@ -50,6 +50,12 @@ class Milestones:
             return None
         return self.grok_step - self.memorization_step
 
+    def earliest_grok(self, last_step: float) -> float:
+        """A lower bound of the grok step of a run evaluated up to last_step (the tuning race's):
+        its grok so far (a collapse only moves it later), else where its streak at the target
+        began, else last_step (it is below the target there)."""
+        return next(s for s in (self.grok_step, self.held_since, last_step) if s is not None)
+
     @classmethod
     def of(cls, records, memorization: float, target: float, hold: int, until: float = math.inf) -> Milestones:
         """The milestones of a run's records up to step `until` (a leaderboard's budget)."""

@@ -48,8 +48,7 @@ class Race:
         if m is not None and m.result is None:
             if m.record is None:  # not evaluated yet (its stack has not begun)
                 return 0.0
-            reached = m.milestones
-            return float(next(s for s in (reached.grok_step, reached.held_since, m.record["step"]) if s is not None))
+            return float(m.milestones.earliest_grok(m.record["step"]))
         grok = self._grok_if_finished(run_dir)
         return 0.0 if grok is None else grok
 

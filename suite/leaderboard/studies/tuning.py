@@ -335,7 +335,7 @@ def _race(record: dict, root: Path) -> list[str]:
 def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[str]]:
     """Did every trial the race stopped lose? A seed's grok step is at least: its time, where its run
     finished; else, where it was stopped, its grok step so far, else where its streak at the target
-    began, else its last step (the race's own bounds, suite/engine/race.py). A stopped trial lost when
+    began, else its last step (the race's own bounds: Milestones.earliest_grok). A stopped trial lost when
     the median of those bounds is above its search's chosen median time. A run stopped at the target
     is read from its evaluations under tuning_runs (the record keeps only its last val accuracy).
     Returns the number of trials stopped, those that could still have won, and those not shown to
@@ -376,8 +376,7 @@ def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[st
                         evaluations = []
                     unread = unread or not evaluations
                     reached = Milestones.of(evaluations, train["memorization"], train["target"], train["hold"])
-                    last = evaluations[-1]["step"] if evaluations else 0.0
-                    bounds.append(next(s for s in (reached.grok_step, reached.held_since, last) if s is not None))
+                    bounds.append(reached.earliest_grok(evaluations[-1]["step"] if evaluations else 0.0))
             if not float(np.median(bounds)) > best:
                 name = f"{choice['cell']} {choice['method']} point {t['point']}"
                 (unchecked if unread else could_win).append(name)
