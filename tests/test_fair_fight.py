@@ -4,6 +4,7 @@ race that stops trials which can no longer win without changing the winner."""
 
 import json
 import math
+import shutil
 import textwrap
 import tomllib
 
@@ -148,6 +149,12 @@ def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_
     name = f"{choice['cell']} {choice['method']} point {trial['point']}"
     assert race_audit(record, runs) == (stopped, [], [])
     assert name in race_audit(record, tmp_path / "elsewhere")[2]  # its runs not there: not checked, not accused
+    broken = tmp_path / "broken"
+    shutil.copytree(runs, broken)
+    for result in broken.rglob("result.json"):
+        if json.loads(result.read_text())["stop_reason"] == "raced":
+            (result.parent / "metrics.jsonl").write_text("{not json\n")
+    assert name in race_audit(record, broken)[2]  # there but unreadable: not checked either
     older = json.loads(json.dumps(record))
     for t in (t for c in older["chosen"] for t in c["tried"]):
         t.pop("last_val", None)  # a record from before it was kept: every stopped run is read

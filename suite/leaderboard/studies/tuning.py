@@ -320,7 +320,8 @@ def _race(record: dict, root: Path) -> list[str]:
     elif unchecked:
         audit = (
             f"{trials - len(unchecked)} of the {trials} trials it stopped are shown, from their runs' own evaluations, "
-            f"to have lost; {len(unchecked)} were stopped at the target and their runs are not under {runs_dir} to tell"
+            f"to have lost; {len(unchecked)} were stopped at the target, and their runs are not found under {runs_dir} "
+            "or cannot be read there to tell"
         )
     else:
         audit = f"each of the {trials} trials it stopped is shown, from its runs' own evaluations, to have lost"
