@@ -3,6 +3,7 @@ No speed is asserted: only that a time was taken, and what the groups say."""
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -37,8 +38,23 @@ def test_a_step_is_timed_on_one_thread_and_torchs_threads_and_rng_are_as_they_we
     rng = torch.get_rng_state()
     measured = cost.measure(tiny("adam"), **QUICK)
     assert measured["ms_per_step"] > 0 and math.isfinite(measured["ms_per_step"])
-    assert {k: measured[k] for k in ("steps", "threads", "device")} == {"steps": 3, "threads": 1, "device": "cpu"}
+    assert {k: measured[k] for k in ("steps", "threads", "device", "clock")} == {
+        "steps": 3, "threads": 1, "device": "cpu", "clock": "thread CPU time"
+    }  # fmt: skip
     assert torch.get_num_threads() == 2 and torch.equal(torch.get_rng_state(), rng)
+
+
+def test_on_a_cpu_a_step_costs_what_it_computes_not_how_long_it_waited(monkeypatch):
+    """A shared machine makes a step wait for a core: 10 ms off the CPU each step (a sleep here)
+    must not count, or rows measured under different loads would not compare."""
+    stepped = cost.train_step
+
+    def waits(*args):
+        stepped(*args)
+        time.sleep(0.01)
+
+    monkeypatch.setattr(cost, "train_step", waits)
+    assert cost.measure(tiny("adam"), steps=5, warmup=1)["ms_per_step"] < 10
 
 
 def test_adam_is_one_group_coupled_by_default_and_decays_lr_x_weight_decay_a_step_when_decoupled():
@@ -151,3 +167,10 @@ def test_measure_all_keeps_what_it_measured_when_stopped_and_refuses_a_file_meas
     path.write_text(json.dumps(elsewhere))
     with pytest.raises(SuiteError, match=r"machine differ"):
         cost.measure_all({"adam": tiny("adam")}, path, **QUICK)
+    wall = json.loads(path.read_text()) | {"machine": cost.machine(torch.device("cpu"))}
+    wall.pop("clock")  # a file from before the clock was the thread's: wall time
+    path.write_text(json.dumps(wall))
+    with pytest.raises(SuiteError, match=r"clock differ"):
+        cost.measure_all({"adam": tiny("adam")}, path, **QUICK)
+    report = cost.measure_all({"adam": tiny("adam")}, path, **QUICK, replace_other=True)  # as tune does
+    assert report["clock"] == "thread CPU time" and asked == ["adam", "adam"]

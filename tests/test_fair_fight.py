@@ -137,6 +137,7 @@ def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_
     adamw = next(c for c in record["chosen"] if c["method"] == "adamw")
     assert len(rows) == 6 and all(f"{t['settings']['lr']:.3g}"[:4] in row for t, row in zip(adamw["tried"], rows))
     assert "| delay [range] |" in page
+    assert "one thread, timed by the thread's CPU time, the same machine" in page  # cost.json's clock, named
     ortho = next(line for line in page.split("## Verdicts")[1].splitlines() if line.startswith("| fight | ortho |"))
     assert ortho.split("|")[3].strip().endswith("weight_decay=0")  # the shared setting its definition fixes
     # every stopped trial is checked to have lost, from its runs' own evaluations

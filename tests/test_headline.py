@@ -239,3 +239,22 @@ def test_a_row_or_baseline_missing_some_of_its_final_seeds_gets_no_verdict(tuned
     part = {v.method: v for v in judge(collect(root), record).verdicts if v.problem == "k2"}
     assert part["adamlr"].withheld == "final runs not all finished (adamlr 4 of 5, adam 4 of 5)"
     assert part["sgd"].withheld == "final runs not all finished (adam 4 of 5)"
+
+
+def test_the_verdicts_name_the_clock_their_cost_was_timed_by(tuned_root, tmp_path):
+    # a board's cost.json from before the clock was named (the wall clock) must not read as CPU time
+    import json
+
+    from suite.leaderboard import generate
+
+    root = tmp_path / "final"
+    shutil.copytree(tuned_root, root)
+    generate(root, tmp_path / "now")
+    assert "timed by the thread's CPU time, the same machine" in (tmp_path / "now" / "tuning.md").read_text()
+    older = json.loads((root / "cost.json").read_text())
+    for entry in [older, *older["specs"].values()]:
+        entry.pop("clock")
+    (root / "cost.json").write_text(json.dumps(older))
+    generate(root, tmp_path / "older")
+    page = (tmp_path / "older" / "tuning.md").read_text()
+    assert "timed by the wall clock, the same machine" in page and "CPU time" not in page

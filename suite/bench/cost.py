@@ -6,8 +6,11 @@ Newton-Schulz iterations, a gradient filter's extra pass over the gradients), so
 step's time taken the same way: the run built as the loop builds it (suite.build,
 suite.engine.plan.stacks), then the loop's own step (suite.engine.train.train_step: the batch,
 forward, loss, backward, filter, clip, optimizer; no evaluation) on one torch thread, `warmup`
-steps, then REPEATS stretches of `steps` steps, the median stretch's ms per step. One thread makes
-the rows comparable on a machine shared with other work, and with each other.
+steps, then REPEATS stretches of `steps` steps, the median stretch's ms per step. On a CPU the
+clock is that thread's CPU time (the whole step runs on it, backward included), so a row costs
+what its step computes, not how long it waited for a core: on 2 cores shared with two other
+processes, a step's wall time doubled while its thread time grew ~10-15% (cache, memory). On a
+GPU it is wall time, the device synchronised around each stretch.
 
     from suite.bench.cost import measure, measure_all
     measure(resolve({"opt": "muon"}))["ms_per_step"]
@@ -60,7 +63,14 @@ def measure(spec: dict, steps: int = 200, warmup: int = 20, device: str = "cpu")
         groups = parameter_groups(member.optimizer, ParamGroups.of(member.model))
         (stack,) = stacks([member], where)
         ms = _ms_per_step(stack, steps, warmup, where)
-    return {"ms_per_step": ms, "steps": steps, "threads": 1, "device": str(where), "groups": groups}
+    return {
+        "ms_per_step": ms,
+        "steps": steps,
+        "threads": 1,
+        "clock": clock_of(where),
+        "device": str(where),
+        "groups": groups,
+    }
 
 
 def measure_all(
@@ -79,7 +89,8 @@ def measure_all(
     the file holds."""
     for spec in specs.values():  # before the file is written
         _check(spec, steps, warmup)
-    how = {"machine": machine(resolve_device(device)), "steps": steps, "warmup": warmup, "repeats": REPEATS}
+    where = resolve_device(device)
+    how = {"machine": machine(where), "clock": clock_of(where), "steps": steps, "warmup": warmup, "repeats": REPEATS}
     path = Path(path)
     report = _resumed(path, how, replace_other)
     ids = {name: spec_id(spec) for name, spec in specs.items()}
@@ -147,6 +158,11 @@ def parameter_groups(optimizer: torch.optim.Optimizer, roles: ParamGroups) -> li
     return out
 
 
+def clock_of(device: torch.device) -> str:
+    """What a step is timed by on the device (see the module)."""
+    return "wall" if device.type == "cuda" else "thread CPU time"
+
+
 def machine(device: torch.device) -> dict:
     """What the figures were measured on: the CPU's model (and the GPU's), torch, the threads."""
     out = {"cpu": cpu_model(), "device": str(device), "torch_version": torch.__version__, "threads": 1}
@@ -188,16 +204,17 @@ def _ms_per_step(stack, steps: int, warmup: int, device: torch.device) -> float:
         for _ in range(n):
             train_step(stack, next(numbers), stack.model)
 
+    now = time.perf_counter if device.type == "cuda" else time.thread_time
     stretches = []
     with precision.matmul_mode(stack.cfg.precision, device), contextlib.closing(stack.draws):
         stack.start()
         take(warmup)
         for _ in range(REPEATS):
             sync(device)
-            t0 = time.perf_counter()
+            t0 = now()
             take(steps)
             sync(device)
-            stretches.append((time.perf_counter() - t0) * 1000 / steps)
+            stretches.append((now() - t0) * 1000 / steps)
     return statistics.median(stretches)
 
 

@@ -25,6 +25,9 @@ from suite.results.result import TRAIN
 from suite.results.rundir import RunDir, UnreadableFile, read_json, result_files
 from suite.results.tuning_record import record_of
 
+# how cost.json's clocks read in a sentence (suite/bench/cost.py)
+CLOCKS = {"wall": "the wall clock", "thread CPU time": "the thread's CPU time"}
+
 
 @section("board", runner=TRAIN)
 def tuning(board: Board) -> list[str]:
@@ -188,13 +191,18 @@ def _verdicts(judgement: Judgement) -> list[str]:
     if not out:
         return []
     judged = sum(v.speedup is not None for v in judgement.verdicts)
+    # cost.json before it named its clock was timed by the wall clock
+    clocks = " and ".join(
+        CLOCKS.get(c, c) for c in sorted({v.cost.get("clock", "wall") for v in judgement.verdicts if v.cost})
+    )
     header = ["cell", "method", "chosen settings", "grokked", "time to target [95% CI]", "delay [range]"]
     header += ["ms / step", "time to target (s)", "decay per step", "against", "speed-up [95% CI]", "p", "p (Holm)"]
     return [
         "## Verdicts on the final seeds\n",
         "Time to target: the median held grok step over the final seeds (a seed that did not grok counts as "
         "infinity), with a bootstrap interval. Cost: milliseconds per training step, measured alike for every "
-        "row (cost.json: one thread, the same machine and batch), and the time to target in seconds at that rate; "
+        f"row (cost.json: one thread, timed by {clocks or 'its clock'}, the same machine and batch), "
+        "and the time to target in seconds at that rate; "
         "decay per step: each parameter group's lr x weight_decay under decoupled decay (coupled L2 decay has no "
         "per-step shrink; its weight_decay is shown). Speed-up: the baseline's median over the method's, paired "
         "by seed (`-` when neither reached the target), with a 95% bootstrap interval and the exact p of a "
