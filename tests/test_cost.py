@@ -1,5 +1,5 @@
 """suite/bench/cost.py: a spec's ms per training step and its parameter groups' decay per step.
-No speed is asserted: only that a time was taken, and what the groups say."""
+No speed is asserted: only that a time was taken, that time off the CPU is not counted, and what the groups say."""
 
 import json
 import math
