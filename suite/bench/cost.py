@@ -51,6 +51,7 @@ from suite.specs.contracts import ParamGroups
 from suite.specs.spec import spec_id
 
 REPEATS = 3  # stretches of `steps` steps; the median is the figure
+TIMERS = {"wall": time.perf_counter, "thread CPU time": time.thread_time}  # a clock's name, and how it is read
 
 
 def measure(spec: dict, steps: int = 200, warmup: int = 20, device: str = "cpu") -> dict:
@@ -159,7 +160,7 @@ def parameter_groups(optimizer: torch.optim.Optimizer, roles: ParamGroups) -> li
 
 
 def clock_of(device: torch.device) -> str:
-    """What a step is timed by on the device (see the module)."""
+    """What a step is timed by on the device (see the module): a name of TIMERS."""
     return "wall" if device.type == "cuda" else "thread CPU time"
 
 
@@ -204,7 +205,7 @@ def _ms_per_step(stack, steps: int, warmup: int, device: torch.device) -> float:
         for _ in range(n):
             train_step(stack, next(numbers), stack.model)
 
-    now = time.perf_counter if device.type == "cuda" else time.thread_time
+    now = TIMERS[clock_of(device)]
     stretches = []
     with precision.matmul_mode(stack.cfg.precision, device), contextlib.closing(stack.draws):
         stack.start()
