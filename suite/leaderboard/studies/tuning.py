@@ -7,6 +7,7 @@ tuning.md's tables keep that word in their "cell" columns."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
@@ -349,7 +350,7 @@ def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[st
     is read from its evaluations under tuning_runs (the record keeps only its last val accuracy).
     Returns the number of trials stopped, those that could still have won, and those not shown to
     have lost because such a run is not there or cannot be read (each "cell method point k")."""
-    stopped_at_target = None  # read on first need: only a run stopped at the target is looked up
+    stopped_runs = functools.cache(lambda: _raced(tuning_runs))  # read once, and only if a run stopped at the target
     trials, could_win, unchecked = 0, [], []
     for choice in record["chosen"]:
         winner = next(t for t in choice["tried"] if t["point"] == choice["chosen"])
@@ -373,10 +374,9 @@ def race_audit(record: dict, tuning_runs: Path) -> tuple[int, list[str], list[st
                 elif val < train["target"]:
                     bounds.append(step)
                 else:
-                    stopped_at_target = stopped_at_target if stopped_at_target is not None else _raced(tuning_runs)
                     found = [
                         folder
-                        for folder, spec, experiment in stopped_at_target
+                        for folder, spec, experiment in stopped_runs()
                         if experiment == f"tuning/{choice['method']}" and _is_trial(spec, base, t["settings"], seed)
                     ]
                     try:
