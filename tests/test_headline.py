@@ -101,10 +101,14 @@ def test_the_headline_gives_tuning_md_s_verdicts_in_three_lines_a_table_and_a_fi
     k3 = {r["method"]: r["verdict"] for r in per_problem if r["cell"] == "k3"}
     assert k3["sgd"] == "no verdict: no final runs: its search reached the target on no tuning seed"
     assert k3["adamlr"] == "no verdict: adam has no final runs: its search reached the target on no tuning seed"
+    for method, m in pooled.items():  # the one verdict per method names the cell it left out, and why
+        assert m["cells"] == "k2" and m["left out"] == f"k3: {k3[method].removeprefix('no verdict: ')}"
     assert f"![each method's speed-up over its tuned baseline, per cell and over the cells judged]({FIGURE})" in text
     assert (tmp_path / FIGURE).read_bytes().startswith(b"\x89PNG")
     said = capsys.readouterr().out.splitlines()
     assert said[-2].startswith("One verdict per method over every cell (tuning.md), against its tuned baseline: ")
+    for method, m in pooled.items():  # judged in k2 alone, which the sentence says as the headline does
+        assert f"{method} {word(m['verdict'])} ({m['speed-up [95% CI]']}, in k2 only)" in said[-2]
     before = readme.read_bytes(), (tmp_path / FIGURE).read_bytes()
     assert main(["leaderboard", str(tuned_root), "--out", str(out), "--headline", str(readme)]) == 0
     assert (readme.read_bytes(), (tmp_path / FIGURE).read_bytes()) == before  # again: the same bytes

@@ -134,7 +134,11 @@ def closing_sentence(out: Path, written: list[str], rows: list) -> str:
 
         _, methods = verdicts((Path(out) / "tuning.md").read_text())
         if methods:
-            said = [f"{m['method']} {word(m['verdict'])} ({m['speed-up [95% CI]']})" for m in methods]
+            said = [
+                f"{m['method']} {word(m['verdict'])} ({m['speed-up [95% CI]']}"
+                f"{', in ' + m['cells'] + ' only' if m.get('left out', '-') != '-' else ''})"
+                for m in methods
+            ]
             return f"One verdict per method over every cell (tuning.md), against its tuned baseline: {'; '.join(said)}."
     judged = [
         f"{r.method} {r.verdict} than {r.baseline} in {title}{' ' + r.cell if r.cell else ''} "

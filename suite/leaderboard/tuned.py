@@ -62,6 +62,7 @@ class Pooled:
     numbers: dict  # speedup.pooled's
     p_holm: float
     verdict: str
+    left_out: list[str]  # the problems where it was not judged, each "problem: why" (its Verdict's withheld)
 
 
 @dataclass
@@ -110,7 +111,11 @@ def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement
         n = min(v.row["seeds"], rows[v.problem, v.baseline]["seeds"])
         s = v.speedup
         v.p_holm, v.verdict = p, verdict(s["speedup_ci_low"], s["speedup_ci_high"], p, n, s["favours"])
-    return Judgement(verdicts, _pooled(pairs, record), checks)
+    left_out = {}
+    for v in verdicts:
+        if v.baseline is not None and v.speedup is None:
+            left_out.setdefault(v.method, []).append(f"{v.problem}: {v.withheld}")
+    return Judgement(verdicts, _pooled(pairs, left_out, record), checks)
 
 
 def _missing(choice: dict) -> str:
@@ -149,13 +154,14 @@ def _paired(base: dict, row: dict) -> tuple[list[float], list[float]]:
     return [b for b, _ in common], [t for _, t in common]
 
 
-def _pooled(pairs: dict, record: dict) -> list[Pooled]:
+def _pooled(pairs: dict, left_out: dict, record: dict) -> list[Pooled]:
     found = {m: pooled([(b, r) for _, b, r in paired]) for m, paired in pairs.items()}
     out = []
     for (method, numbers), p in zip(found.items(), holm([f["p"] for f in found.values()])):
         word = verdict(numbers["low"], numbers["high"], p, numbers["n"], numbers["favours"])
         problems = [problem for problem, _, _ in pairs[method]]
-        out.append(Pooled(method, record["methods"][method]["baseline"], problems, numbers, p, word))
+        baseline = record["methods"][method]["baseline"]
+        out.append(Pooled(method, baseline, problems, numbers, p, word, left_out.get(method, [])))
     return out
 
 

@@ -235,19 +235,21 @@ def _pooled(judgement: Judgement) -> list[str]:
             p_text(p.numbers["p"]),
             p_text(p.p_holm),
             p.verdict,
+            "; ".join(p.left_out) or "-",
         ]
         for p in judgement.pooled
     ]
     header = ["method", "against", "cells", "sooner / later / tied", "speed-up [95% CI]", "p (sign test)"]
     return [
         "## One verdict per method\n",
-        "Over every cell where the method was judged (a cell without a verdict above is left out, and not named): "
+        "Over every cell where the method was judged (a cell without a verdict above is left out: the last column "
+        "names it, with why): "
         "seeds where it reached the target sooner / later / tied with the baseline (both never, or the same step), "
         "the geometric mean over cells of the speed-up with a 95% bootstrap interval (seeds resampled within each "
         "cell, paired), the exact two-sided sign test over every paired seed, and its p Holm-adjusted over the "
         f"{len(table)} methods. `faster` when the interval lies above 1, the adjusted p is below 0.05 and more "
         "seeds were sooner than later; `slower` the mirror.\n",
-        md_table(header + ["p (Holm)", "verdict"], table, right={3, 4, 5, 6}),
+        md_table(header + ["p (Holm)", "verdict", "left out"], table, right={3, 4, 5, 6}),
     ]
 
 
