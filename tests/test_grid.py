@@ -329,6 +329,8 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
     running, interrupted = RunDir(cells[0].under(root).run_dir), RunDir(cells[1].under(root).run_dir)
     interrupted.path.mkdir(parents=True)
     (interrupted / "checkpoint.pt").write_bytes(b"")
+    evaluations = [{"step": 1000, "val_acc": 0.25}, {"step": 1500, "val_acc": 0.5}]
+    (interrupted / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evaluations))
     probe = (
         "import sys, time; from suite.results.rundir import RunDir; rd = RunDir(sys.argv[1]); rd.lock(); "
         "print('locked', flush=True); time.sleep(60)"
@@ -340,6 +342,8 @@ def test_status_sees_running_and_interrupted_cells(tmp_path, capsys):
         assert main(["status", str(grid), "--root", str(root)]) == 0
         out = capsys.readouterr().out.splitlines()
         assert [line.split()[0] for line in out[:3]] == ["running", "interrupted", "missing"]
+        assert out[0].endswith(f"[{cells[0].label}]")  # no evaluation yet: nothing to say how far it got
+        assert out[1].endswith(f"[{cells[1].label}]  at step 1,500, val acc 0.500")  # how far it had got
         assert out[-1] == "3 cells: 0 done, 1 running, 1 interrupted, 1 missing"
         # a grid run leaves the running cell to its owner and runs the other two
         assert main(["grid", str(grid), "--root", str(root), "--dry-run"]) == 0

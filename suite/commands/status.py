@@ -74,6 +74,8 @@ def status_lines(cells: list, root: str | Path, held: set[Path] = frozenset(), s
         line = f"{status:<11} {rd.path}  [{cell.label}]"
         if status == "done":
             line += f"  {headline(read_json(rd / 'result.json'))}".rstrip()
+        elif status in ("running", "interrupted"):
+            line += _latest(rd)
         elif status == "failed":
             failure = rd.read_failure() or {}
             message = (str(failure.get("message", "")).splitlines() or [""])[0]
@@ -85,3 +87,19 @@ def status_lines(cells: list, root: str | Path, held: set[Path] = frozenset(), s
             f"none of them has a run folder under {root}: if the grid ran elsewhere, pass that --root", file=sys.stderr
         )
     return lines
+
+
+def _latest(rd) -> str:
+    """How far a started run has got: its latest evaluation's step and val acc ("" before its first, or
+    where its history cannot be read: the run says so itself when it resumes)."""
+    from suite.results.rundir import UnreadableFile
+
+    try:
+        evaluations = rd.read_metrics()
+    except UnreadableFile:
+        return ""
+    if not evaluations:
+        return ""
+    last = evaluations[-1]
+    val = last.get("val_acc")
+    return f"  at step {last['step']:,}" + (f", val acc {val:.3f}" if isinstance(val, int | float) else "")
