@@ -337,6 +337,36 @@ def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(tmp_pat
     )
 
 
+def test_a_recipe_sooner_by_its_median_only_is_named_beside_the_verdict(tmp_path):
+    # the untuned "recipe" is the tuned adam runs twice as fast on the 4 seeds that held soonest and
+    # twice as slow on the other 2: its median is sooner, its interval spans 1, so the verdict stands
+    import shutil
+
+    (tmp_path / "g.toml").write_text(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4, 5]"))
+    root = tmp_path / "runs"
+    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
+    record = json.loads((root / "final" / "tuning.json").read_text())
+    adam = next(c for c in record["chosen"] if c["method"] == "adam")
+    runs = [
+        r for r in (root / "final").rglob("result.json") if json.loads(r.read_text())["run_id"] in adam["final_runs"]
+    ]
+    runs.sort(key=lambda r: json.loads(r.read_text())["grok_step"])
+    recipe = tmp_path / "untuned"
+    for i, result in enumerate(runs):
+        copy = recipe / result.parent.name
+        shutil.copytree(result.parent, copy)
+        lines = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
+        steps = (lambda s: s // 2) if i < 4 else (lambda s: s * 2)
+        (copy / "metrics.jsonl").write_text("".join(json.dumps(r | {"step": steps(r["step"])}) + "\n" for r in lines))
+    generate(root / "final", tmp_path / "board", untuned=(recipe,))
+    verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1].split("###")[0]
+    adamlr = next(line for line in verdicts.splitlines() if line.startswith("| rounds | adamlr |"))
+    assert "tuning failed" not in adamlr
+    verdict = adamlr.rstrip(" |").split("| ")[-1]
+    assert verdict.startswith(("faster", "slower", "not resolved")), verdict
+    assert verdict.count("; tuned adam behind an untuned recipe by its median only (2") == 1, verdict
+
+
 @pytest.mark.parametrize(
     "setting, named",
     [('"train.target" = 0.6', "train.target"), ("hidden = 64", "model.hidden"), ("batch_size = 8", "batch_size")],
