@@ -3,6 +3,7 @@ point by held time to target on the tuning seeds, rerun on final seeds tuning ne
 
 import json
 import math
+import re
 import shutil
 import textwrap
 
@@ -64,12 +65,15 @@ def test_tune_runs_both_phases_and_only_fresh_seeds_reach_the_board(tmp_path, ca
         assert best["point"] == chosen["chosen"] and len(chosen["tried"]) == 2
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0  # again: nothing left to run
     assert "0 to run" in capsys.readouterr().err
-    shutil.rmtree(next((root / "final").rglob("result.json")).parent)
+    removed = next((root / "final").rglob("result.json")).parent
+    shutil.rmtree(removed)
     assert main(dry) == 0
     assert ": 4 of 4 trials finished; 9 of 10 final runs finished" in capsys.readouterr().err
-    assert main(["status", str(tmp_path / "g.toml"), "--root", str(root)]) == 0  # the same, and each tuning run
+    assert main(["status", str(tmp_path / "g.toml"), "--root", str(root)]) == 0  # the same, and each run
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith(": 4 of 4 trials finished; 9 of 10 final runs finished") and out[-1] == "8 cells: 8 done"
+    assert out[0].endswith(": 4 of 4 trials finished; 9 of 10 final runs finished")
+    assert out[-1] == "18 cells: 17 done, 1 missing"  # 8 tuning runs, 10 final runs
+    assert re.fullmatch(rf"missing +{re.escape(str(removed))}  \[g method=(adam|sgd) point=\d seed=\d\]", out[-2]), out
     assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root)]) == 0
     written = generate(root / "final", tmp_path / "board")
     assert "tuning.md" in written and "[tuning](tuning.md)" in (tmp_path / "board" / "index.md").read_text()

@@ -1,6 +1,7 @@
 """`python -m suite status FILE`: done / running / queued / failed / interrupted / missing, per cell of a
 grid file (queued: an array task Slurm still holds, or a local grid or tune running now, will start
-it); of a tuned grid, where each cell's search stands, then its tuning runs drawn so far."""
+it); of a tuned grid, where each cell's search stands, then its tuning runs drawn so far and the final
+runs of the searches that have chosen."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ def run(args) -> int:
     g = grid.load(args.grid_file, args.root).only(args.experiment)
     if Path(args.root).exists() and not Path(args.root).is_dir():
         raise SuiteError(f"{args.root} is not a folder of runs")
-    cells, root = g.cells, Path(args.root)
+    cells, root, roots = g.cells, Path(args.root), [Path(args.root)]
     if g.tuning is not None:  # its runs are the searches' trials (as far as drawn) and the chosen points'
         from suite.launch.spaces import parse
-        from suite.launch.tuning import progress, tuning_cells
+        from suite.launch.tuning import choices, final_cells, progress, tuning_cells
 
         tuning = parse(g.tuning, str(g.path), g.name)
         for line in progress(g, tuning, Path(args.root)):
@@ -41,8 +42,15 @@ def run(args) -> int:
             print(f"follow-up job {job} is queued: it runs the tune again once its array jobs have ended")
         if queued_follow_ups == [] and (last := last_follow_up(root)) is not None:
             print(f"no follow-up job is queued; the last, {last[0]}, has ended: its log is {last[1]}")
-        cells, root = tuning_cells(g, tuning, root / "tuning"), root / "tuning"
-    held = (_ask_slurm(queued, root) or set()) | local.queued(root)
+        chosen = choices(g, tuning, root / "tuning")
+        cells = tuning_cells(g, tuning, root / "tuning") + final_cells(g, tuning, chosen, root / "final")
+        roots = [root / "tuning", root / "final"]
+    held = set().union(*(local.queued(r) for r in roots))
+    for r in roots:
+        found = _ask_slurm(queued, r)
+        if found is None:  # squeue could not answer: said once
+            break
+        held |= found
     for line in status_lines(cells, args.root, held, show_done=args.all):
         print(line)
     return 0
