@@ -128,7 +128,8 @@ def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_
     generate(tmp_path / "true" / "final", tmp_path / "board")
     page = (tmp_path / "board" / "tuning.md").read_text()
     assert "The race stopped each trial" in page and "(raced)" in page
-    assert "Shared by every method" in page and "ortho fix weight_decay" in page
+    denser = "its trials, as many as every method's, search its other settings more densely"
+    assert "Shared by every method" in page and f"ortho fixes weight_decay (its definition does): {denser}" in page
     common = page.split("## Common points")[1].split("## Verdicts")[0]
     header = next(line for line in common.splitlines() if line.startswith("| point"))
     assert header.split("|")[2:-1] == [" lr ", " weight_decay ", " adamw ", " adamwlr ", " ortho "]

@@ -422,8 +422,13 @@ def _shared(record: dict) -> list[str]:
     """The fair fight's shared spaces: what every method searched alike, and which methods fix a setting."""
     if "shared" not in record:
         return []
-    fixing = {key: [name for name, m in record["methods"].items() if key in m["fixed"]] for key in record["shared"]}
-    fixed = "; ".join(f"{', '.join(names)} fix {key} (their definition does)" for key, names in fixing.items() if names)
+    fixing = {name: [key for key in record["shared"] if key in m["fixed"]] for name, m in record["methods"].items()}
+    fixed = "; ".join(
+        f"{name} fixes {', '.join(keys)} (its definition does): its trials, as many as every method's, search "
+        "its other settings more densely"
+        for name, keys in fixing.items()
+        if keys
+    )
     return [
         f"Shared by every method, searched over the same ranges as common points (point k of every method has "
         f"the same shared values): {_settings(record['shared'])}."
