@@ -262,3 +262,26 @@ def test_the_verdicts_name_the_clock_their_cost_was_timed_by(tuned_root, tmp_pat
     generate(root, tmp_path / "older")
     page = (tmp_path / "older" / "tuning.md").read_text()
     assert "timed by the wall clock, the same machine" in page and "CPU time" not in page
+
+
+def test_a_verdict_resting_on_a_row_behind_its_recipe_carries_a_dagger_and_its_footnote(tuned_root, tmp_path):
+    # tuning.md names, beside a verdict, a recipe sooner than a tuned row by its median only (not a failed
+    # tuning by the declared rule): the headline, read first, must not drop that
+    from suite.leaderboard import generate
+    from suite.leaderboard.headline import headline
+
+    readme, out = tmp_path / "README.md", tmp_path / "tuned"
+    readme.write_text(README)
+    generate(tuned_root, out)
+    plain, _ = headline(readme, out, "x")
+    assert "†" not in plain
+    page = (out / "tuning.md").read_text()
+    verdicts_section = page.split("## Verdicts on the final seeds")[1].split("\n## ")[0]
+    (row,) = [line for line in verdicts_section.splitlines() if line.startswith("| k2 | adamlr |")]
+    note = "; tuned adam behind an untuned recipe by its median only (1.50x [0.60x, inf])"
+    (out / "tuning.md").write_text(page.replace(row, row.rstrip(" |") + note + " |"))
+    block, _ = headline(readme, out, "x")
+    (adamlr,) = [line for line in block.splitlines() if line.startswith("| adamlr |")]
+    assert adamlr.split(" | ")[1].endswith("** †")  # k2's cell, and no other
+    assert "†" not in adamlr.split(" | ")[2] + adamlr.split(" | ")[3]
+    assert "† In that cell an untuned recipe is sooner than the tuned method or its tuned baseline" in block

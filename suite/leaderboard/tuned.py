@@ -34,6 +34,7 @@ from suite.results.rundir import UnreadableFile, read_json
 from suite.results.tuning_record import reached
 
 NO_DELAY = 0.10  # a tuned baseline whose delay is at most this share of its time to target has none left
+BEHIND = "behind an untuned recipe by its median only"  # a verdict's note: _median_only
 
 
 @dataclass
@@ -154,7 +155,7 @@ def _median_only(problem: str, names: tuple, checks: dict) -> list[str]:
     tuning by the check's rule, so the verdict stands, but a reader must see that the tuned row may not
     be as good as its recipe (the recipe check's table names the recipe and its runs)."""
     notes = [
-        f"tuned {name} behind an untuned recipe by its median only ({interval_text(r.speedup, r.low, r.high, 'x')})"
+        f"tuned {name} {BEHIND} ({interval_text(r.speedup, r.low, r.high, 'x')})"
         for name in names
         for r in checks.get((problem, name), [])
         if not r.faster and r.speedup > 1
