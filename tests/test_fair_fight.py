@@ -11,7 +11,7 @@ import tomllib
 import numpy as np
 import pytest
 import torch
-from conftest import PARITY_FIXED, as_cells
+from conftest import PARITY_FIXED, as_cells, chunks_here
 
 from suite import SuiteError
 from suite.cli import main
@@ -305,65 +305,57 @@ def test_a_recipe_must_give_every_searched_setting_inside_its_space():
         _tuning(text.replace('search = "refine"', 'search = "coarse"'))
 
 
-def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(tmp_path):
-    # six final seeds (five cannot carry a verdict: p >= 0.0625); the untuned "recipe" is the tuned adam
-    # runs made twice as fast, in a root of their own
-    import shutil
+@pytest.fixture(scope="module")
+def six_seeds(tmp_path_factory):
+    """ROUNDS tuned with six final seeds (five cannot carry a verdict: p >= 0.0625): its final root."""
+    tmp = tmp_path_factory.mktemp("six")
+    (tmp / "g.toml").write_text(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4, 5]"))
+    with chunks_here():
+        assert main(["tune", str(tmp / "g.toml"), "--root", str(tmp / "runs"), "--workers", "2"]) == 0
+    return tmp / "runs" / "final"
 
-    (tmp_path / "g.toml").write_text(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4, 5]"))
-    root = tmp_path / "runs"
-    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
-    record = json.loads((root / "final" / "tuning.json").read_text())
+
+def untuned_copy(final, to, steps):
+    """An untuned "recipe" in a root of its own: tuned adam's final runs, the i-th to hold the target
+    (soonest first) with each evaluation's step s at steps(i, s)."""
+    record = json.loads((final / "tuning.json").read_text())
     adam = next(c for c in record["chosen"] if c["method"] == "adam")
-    recipe = tmp_path / "untuned"
-    for result in (root / "final").rglob("result.json"):
-        if json.loads(result.read_text())["run_id"] in adam["final_runs"]:
-            copy = recipe / result.parent.name
-            shutil.copytree(result.parent, copy)
-            lines = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
-            faster = "".join(json.dumps(r | {"step": r["step"] // 2}) + "\n" for r in lines)  # every step halved
-            (copy / "metrics.jsonl").write_text(faster)
-    generate(root / "final", tmp_path / "board", untuned=(recipe,))
-    page = (tmp_path / "board" / "tuning.md").read_text()
-    assert "### Recipe check" in page
-    verdicts = page.split("## Verdicts on the final seeds")[1].split("###")[0]
-    adamlr = next(line for line in verdicts.splitlines() if line.startswith("| rounds | adamlr |"))
-    assert "no verdict: tuning failed: adam " in adamlr and "faster than tuned adam" in adamlr
-    assert "--untuned" in (tmp_path / "board" / "index.md").read_text()
-    generate(root / "final", tmp_path / "plain")  # no untuned roots: no check, a verdict word
-    plain = (tmp_path / "plain" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1]
-    row = next(line for line in plain.splitlines() if line.startswith("| rounds | adamlr |"))
-    assert "tuning failed" not in row and row.rstrip(" |").split("; ")[0].split("| ")[-1].startswith(
-        ("faster", "slower", "not resolved")
-    )
-
-
-def test_a_recipe_sooner_by_its_median_only_is_named_beside_the_verdict(tmp_path):
-    # the untuned "recipe" is the tuned adam runs twice as fast on the 4 seeds that held soonest and
-    # twice as slow on the other 2: its median is sooner, its interval spans 1, so the verdict stands
-    import shutil
-
-    (tmp_path / "g.toml").write_text(ROUNDS.replace("FINAL", "[0, 1, 2, 3, 4, 5]"))
-    root = tmp_path / "runs"
-    assert main(["tune", str(tmp_path / "g.toml"), "--root", str(root), "--workers", "2"]) == 0
-    record = json.loads((root / "final" / "tuning.json").read_text())
-    adam = next(c for c in record["chosen"] if c["method"] == "adam")
-    runs = [
-        r for r in (root / "final").rglob("result.json") if json.loads(r.read_text())["run_id"] in adam["final_runs"]
-    ]
-    runs.sort(key=lambda r: json.loads(r.read_text())["grok_step"])
-    recipe = tmp_path / "untuned"
-    for i, result in enumerate(runs):
-        copy = recipe / result.parent.name
-        shutil.copytree(result.parent, copy)
+    results = [json.loads(r.read_text()) | {"dir": r.parent} for r in final.rglob("result.json")]
+    ours = sorted((r for r in results if r["run_id"] in adam["final_runs"]), key=lambda r: r["grok_step"])
+    for i, result in enumerate(ours):
+        copy = to / result["dir"].name
+        shutil.copytree(result["dir"], copy)
         lines = [json.loads(line) for line in (copy / "metrics.jsonl").read_text().splitlines()]
-        steps = (lambda s: s // 2) if i < 4 else (lambda s: s * 2)
-        (copy / "metrics.jsonl").write_text("".join(json.dumps(r | {"step": steps(r["step"])}) + "\n" for r in lines))
-    generate(root / "final", tmp_path / "board", untuned=(recipe,))
-    verdicts = (tmp_path / "board" / "tuning.md").read_text().split("## Verdicts on the final seeds")[1].split("###")[0]
-    adamlr = next(line for line in verdicts.splitlines() if line.startswith("| rounds | adamlr |"))
-    assert "tuning failed" not in adamlr
-    verdict = adamlr.rstrip(" |").split("| ")[-1]
+        (copy / "metrics.jsonl").write_text(
+            "".join(json.dumps(r | {"step": steps(i, r["step"])}) + "\n" for r in lines)
+        )
+    return to
+
+
+def adamlr_verdict(board) -> str:
+    verdicts = (board / "tuning.md").read_text().split("## Verdicts on the final seeds")[1].split("###")[0]
+    row = next(line for line in verdicts.splitlines() if line.startswith("| rounds | adamlr |"))
+    return row.rstrip(" |").split("| ")[-1]
+
+
+def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(six_seeds, tmp_path):
+    recipe = untuned_copy(six_seeds, tmp_path / "untuned", lambda i, step: step // 2)  # every seed twice as fast
+    generate(six_seeds, tmp_path / "board", untuned=(recipe,))
+    assert "### Recipe check" in (tmp_path / "board" / "tuning.md").read_text()
+    verdict = adamlr_verdict(tmp_path / "board")
+    assert verdict.startswith("no verdict: tuning failed: adam ") and "faster than tuned adam" in verdict
+    assert "--untuned" in (tmp_path / "board" / "index.md").read_text()
+    generate(six_seeds, tmp_path / "plain")  # no untuned roots: no check, a verdict word
+    verdict = adamlr_verdict(tmp_path / "plain")
+    assert "tuning failed" not in verdict and verdict.startswith(("faster", "slower", "not resolved"))
+
+
+def test_a_recipe_sooner_by_its_median_only_is_named_beside_the_verdict(six_seeds, tmp_path):
+    # twice as fast on the 4 seeds that held soonest, twice as slow on the other 2: the recipe's median
+    # is sooner, its interval spans 1, so the verdict stands and says so
+    recipe = untuned_copy(six_seeds, tmp_path / "untuned", lambda i, step: step // 2 if i < 4 else step * 2)
+    generate(six_seeds, tmp_path / "board", untuned=(recipe,))
+    verdict = adamlr_verdict(tmp_path / "board")
     assert verdict.startswith(("faster", "slower", "not resolved")), verdict
     assert verdict.count("; tuned adam behind an untuned recipe by its median only (2") == 1, verdict
 
