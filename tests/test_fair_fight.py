@@ -358,6 +358,8 @@ def test_a_recipe_sooner_by_its_median_only_is_named_beside_the_verdict(six_seed
     verdict = adamlr_verdict(tmp_path / "board")
     assert verdict.startswith(("faster", "slower", "not resolved")), verdict
     assert verdict.count("; tuned adam behind an untuned recipe by its median only (2") == 1, verdict
+    speedups = (tmp_path / "board" / "tuning.md").read_text().split("## Speed-ups")[1].split("\n## ")[0]
+    assert "†: a tuned row the verdict rests on is behind an untuned recipe by its median" in speedups
 
 
 @pytest.mark.parametrize(

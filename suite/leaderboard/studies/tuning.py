@@ -21,7 +21,7 @@ from suite.leaderboard.speedup import median_interval
 from suite.leaderboard.stats import TAU_MAX
 from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, milestone_text, p_text, steps_text
-from suite.leaderboard.tuned import NO_DELAY, Judgement, by_time, chosen, judge, profile_by_method
+from suite.leaderboard.tuned import BEHIND, NO_DELAY, Judgement, by_time, chosen, judge, profile_by_method
 from suite.results.result import TRAIN
 from suite.results.rundir import RunDir, UnreadableFile, read_json, result_files
 from suite.results.tuning_record import record_of
@@ -477,6 +477,10 @@ def _figures(board: Board, record: dict, judgement: Judgement) -> list[str]:
     forest = board.files.add("tuning.speedups.png", speedup_forest(judgement))
     if forest:
         out += ["## Speed-ups\n", f"![each method's speed-up over its baseline, per cell]({forest})\n"]
+        if any(BEHIND in note for v in judgement.verdicts if v.speedup is not None for note in v.notes):
+            out += [
+                "†: a tuned row the verdict rests on is behind an untuned recipe by its median (see its verdict).\n"
+            ]
     scatter = board.files.add("tuning.decay.png", tuning_scatter(record))
     if scatter:
         out += [
@@ -489,7 +493,7 @@ def _figures(board: Board, record: dict, judgement: Judgement) -> list[str]:
 def speedup_forest(judgement: Judgement) -> bytes | None:
     """Per problem, each judged method's speed-up over its baseline with its 95% interval, on a log axis
     clipped to 0.01-100 (an arrow where the interval goes on; a method without a verdict in a problem:
-    its label, no mark)."""
+    its label, no mark; a dagger where a tuned row the verdict rests on is behind its recipe)."""
     from suite.leaderboard.plots import figure, style, to_png
 
     shown = [v for v in judgement.verdicts if v.baseline is not None]
@@ -510,7 +514,8 @@ def speedup_forest(judgement: Judgement) -> bytes | None:
             for end, bound, arrow in ((lo, 1e-2, "<"), (hi, 1e2, ">")):
                 if end == bound:  # the interval goes on past the axis (a bound of 0 or inf: a seed failed)
                     ax.plot(end, y, arrow, color=colour)
-        ticks.append((y, f"{v.problem}  {v.method}" + ("" if s is not None else " (no verdict)")))
+        behind = " †" if any(BEHIND in note for note in v.notes) else ""
+        ticks.append((y, f"{v.problem}  {v.method}" + (behind if s is not None else " (no verdict)")))
         y -= 1
     ax.axvline(1.0, color="grey", linewidth=1)
     ax.set_xscale("log")
