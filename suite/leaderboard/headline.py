@@ -22,7 +22,6 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.leaderboard.tables import md_table
-from suite.leaderboard.tuned import BEHIND
 from suite.results.rundir import write_atomic
 
 BEGIN = "<!-- headline: written by `{command}`; run it again rather than edit this block -->"
@@ -86,7 +85,6 @@ def headline(readme: Path, board: str | Path | None, command: str) -> tuple[str,
         _answer(link, names, per_problem, methods, judged, baselines),
         "",
         _table(names, per_problem, methods, judged),
-        *_behind(per_problem, judged),
         f"![each method's speed-up over its tuned baseline, per cell and over the cells judged]({FIGURE})\n",
         "Speed-up: the tuned baseline's median time to target (held grok step, a failed seed counting as infinity) "
         "over the tuned method's, on the final seeds, with its 95% interval and Holm-adjusted p; `faster` / `slower` "
@@ -181,22 +179,14 @@ def _table(names, per_problem, methods, judged) -> str:
 
 def _cell_text(row: dict) -> str:
     """A verdict cell of the table: a row's speed-up, its Holm-adjusted p and its verdict; "no verdict"
-    where it has none (tuning.md says why); a dagger where a tuned row it rests on is behind a recipe."""
+    where it has none, with why in short ("no verdict: tuning failed"; tuning.md says it in full)."""
     speedup, verdict = row["speed-up [95% CI]"], word(row["verdict"])
+    if verdict == "no verdict":
+        why = row["verdict"].removeprefix("no verdict: ")
+        return verdict if why == row["verdict"] else "no verdict: " + re.split(r": | \(|; ", why)[0]
     if speedup == "-":
         return "no verdict" if verdict == "-" else verdict
-    return f"{speedup}, p {row['p (Holm)']}: **{verdict}**" + (" †" if BEHIND in row["verdict"] else "")
-
-
-def _behind(per_problem: list[dict], judged: list[str]) -> list[str]:
-    """The dagger's footnote, where the table shows one."""
-    if not any(BEHIND in r["verdict"] and r["speed-up [95% CI]"] != "-" for r in per_problem if r["method"] in judged):
-        return []
-    return [
-        "† In that cell an untuned recipe is sooner than the tuned method or its tuned baseline by its median, "
-        "though not by its interval (tuning.md's recipe check): the verdict stands by the declared rule, but that "
-        "tuned row may not be as good as its recipe.\n"
-    ]
+    return f"{speedup}, p {row['p (Holm)']}: **{verdict}**"
 
 
 def _only(pooled: dict, names: list[str]) -> str:

@@ -1,5 +1,5 @@
-"""The recipe check of a tuned board: is any untuned run of a tuned row's method family, in an
-identical problem, faster than the tuned row? Then the tuning failed (its search did not find what a
+"""The recipe check of a tuned board: does any untuned run of a tuned row's method family, in an
+identical problem, beat the tuned row? Then the tuning failed (its search did not find what a
 published recipe already gets), and the row gets no verdict.
 
 Identical problem: the same task and model settings and targets (train.memorization, train.target) and
@@ -9,9 +9,9 @@ runs do; one that stopped earlier without a grok counts as never reaching the ta
 same optimizer (AdamW is Adam with decoupled decay; Adam-LR with decoupled decay is adamwlr),
 filter, sampler, loss and precision, whatever their settings. The untuned runs must share 5 or more
 seeds with the tuned row; they are paired with it by seed (seed i trains on the same split). The
-recipe is faster when the 95% bootstrap interval of its speed-up over the tuned row lies above 1: the
-interval alone, without the p < 0.05 a verdict also needs, since the check only withholds verdicts
-(at 5 seeds no p can pass, and a tuning that lost to a recipe on 5 of 5 seeds has failed).
+recipe beats the row when its median time on those seeds is below the row's: a tuned row must be at
+least as good as every recipe of its family, so a loss by the median alone fails the tuning, whether or
+not the interval of the speed-up (shown beside it) lies above 1.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ class Recipe:
 
     label: str  # its settings, and the runs it came from
     seeds: list[int]
-    speedup: float  # the tuned row's median time over the recipe's: above 1, the recipe is faster
+    speedup: float  # the tuned row's median time over the recipe's: above 1, the recipe is sooner
     low: float
     high: float
     p: float
-    faster: bool
+    beats: bool  # its median time is below the tuned row's (the speed-up above 1)
 
 
 def family(method: dict) -> tuple:
@@ -95,7 +95,7 @@ def _compare(col: Collection, method: dict, seeds: list[int], ours: list[float],
         low,
         high,
         p,
-        low > 1,
+        speedup > 1,  # False where neither reached the target (nan)
     )
 
 

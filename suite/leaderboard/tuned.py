@@ -6,11 +6,10 @@ studies/tuning.py writes them into tuning.md, and a summary can read them from h
 
 Per problem, a verdict is withheld (with the reason) where a search found no point that reached the target
 on any of its tuning seeds, or where an untuned run of the row's family in an identical problem beats the
-tuned row: either way the tuning, not the method, was measured; and where the row or its baseline has
-not finished every final run its search drew. A recipe sooner than a tuned row by its median but not by
-its interval leaves the verdict standing, and the verdict names it. The pooled verdict of a method takes
-every problem where it was judged: the sign of every paired seed (exact sign test) and the geometric mean
-of the per-problem speed-ups with a stratified bootstrap interval (speedup.pooled).
+tuned row (by its median time: recipes.py): either way the tuning, not the method, was measured; and
+where the row or its baseline has not finished every final run its search drew. The pooled verdict of a
+method takes every problem where it was judged: the sign of every paired seed (exact sign test) and the
+geometric mean of the per-problem speed-ups with a stratified bootstrap interval (speedup.pooled).
 
 A problem is named here as tuning.json names the base cell a method was tuned in (a choice's "cell":
 suite/launch/tuning.py's cell_name, the grid cell without its method and seed), whose final runs are
@@ -34,7 +33,6 @@ from suite.results.rundir import UnreadableFile, read_json
 from suite.results.tuning_record import reached
 
 NO_DELAY = 0.10  # a tuned baseline whose delay is at most this share of its time to target has none left
-BEHIND = "behind an untuned recipe by its median only"  # a verdict's note: _median_only
 
 
 @dataclass
@@ -103,7 +101,6 @@ def judge(col: Collection, record: dict, untuned_roots: tuple = ()) -> Judgement
             continue
         v.withheld = _withheld(problem, (method, base_name), searched, checks, rows)
         v.notes = _notes(None if v.withheld else base, [searched[problem, name] for name in (method, base_name)])
-        v.notes += [] if v.withheld else _median_only(problem, (method, base_name), checks)
         if not v.withheld:
             v.speedup = against_baseline(row, base)
             base_times, times = _paired(base, row)
@@ -143,24 +140,11 @@ def _withheld(problem: str, names: tuple, searched: dict, checks: dict, rows: di
     unfinished = [f"{n} {u}" for n in names if (u := _unfinished(rows[problem, n], searched[problem, n]))]
     if unfinished:
         return f"final runs not all finished ({', '.join(unfinished)})"
-    beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((problem, n), []) if r.faster]
+    beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((problem, n), []) if r.beats]
     if beaten:
         name, r = beaten[0]
-        return f"tuning failed: {r.label} faster than tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
+        return f"tuning failed: {r.label} beats tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
     return ""
-
-
-def _median_only(problem: str, names: tuple, checks: dict) -> list[str]:
-    """Untuned recipes sooner than a tuned row by their median but not by their interval: not a failed
-    tuning by the check's rule, so the verdict stands, but a reader must see that the tuned row may not
-    be as good as its recipe (the recipe check's table names the recipe and its runs)."""
-    notes = [
-        f"tuned {name} {BEHIND} ({interval_text(r.speedup, r.low, r.high, 'x')})"
-        for name in names
-        for r in checks.get((problem, name), [])
-        if not r.faster and r.speedup > 1
-    ]
-    return list(dict.fromkeys(notes))  # one recipe committed under several roots reads once
 
 
 def _paired(base: dict, row: dict) -> tuple[list[float], list[float]]:

@@ -21,7 +21,7 @@ from suite.leaderboard.speedup import median_interval
 from suite.leaderboard.stats import TAU_MAX
 from suite.leaderboard.studies import Board, section
 from suite.leaderboard.tables import fmt_value, interval_text, md_table, milestone_text, p_text, steps_text
-from suite.leaderboard.tuned import BEHIND, NO_DELAY, Judgement, by_time, chosen, judge, profile_by_method
+from suite.leaderboard.tuned import NO_DELAY, Judgement, by_time, chosen, judge, profile_by_method
 from suite.results.result import TRAIN
 from suite.results.rundir import RunDir, UnreadableFile, read_json, result_files
 from suite.results.tuning_record import record_of
@@ -212,8 +212,8 @@ def _verdicts(judgement: Judgement) -> list[str]:
         "number), the signed-rank test pointing the same way, and every final seed of both rows finished (5 or "
         "more); `slower` the mirror. A method, or a baseline, whose search found no point that reached the target "
         "on the tuning seeds gets no verdict (a failure of the search); so does a row that an untuned run of its "
-        "family in an identical cell beats (tuning failed: see the recipe check); a recipe sooner by its median but "
-        "not by its interval is named beside the verdict. Delay: grok - memorization, "
+        "family in an identical cell beats by its median (tuning failed: see the recipe check). "
+        "Delay: grok - memorization, "
         "median [range] over the seeds that grokked; where the baseline's median delay (a seed that never grokked "
         f"counting as an endless one, as in its time to target) is at most {NO_DELAY:.0%} of its time to target "
         "there was no delay to shorten, and the verdict says so; so it does where a winner sits at an edge of its "
@@ -263,7 +263,7 @@ def _recipe_table(checks: dict) -> list[str]:
             str(len(r.seeds)),
             interval_text(r.speedup, r.low, r.high, "x"),
             p_text(r.p),
-            "yes" if r.faster else "no",
+            "yes" if r.beats else "no",
         ]
         for (problem, method), found in checks.items()
         for r in found
@@ -274,9 +274,10 @@ def _recipe_table(checks: dict) -> list[str]:
         "### Recipe check\n",
         "Every untuned run of a row's family (optimizer, filter, sampler, loss) in an identical cell (task, model, "
         "targets, batch), judged by this board's hold and budget on the seeds both ran: the tuned row's median "
-        "time over the recipe's (above 1: the recipe is faster), paired by seed. `beats the tuned row`: its 95% "
-        "interval lies above 1 (the interval alone: the check only withholds verdicts); then that row's tuning "
-        "failed and it gets no verdict.\n",
+        "time over the recipe's (above 1: the recipe is sooner), paired by seed, with its 95% interval. `beats the "
+        "tuned row`: the recipe's median is sooner (a tuned row must be at least as good as every recipe of its "
+        "family, so its median decides, whatever the interval); then that row's tuning failed and it gets no "
+        "verdict.\n",
         md_table(
             ["cell", "tuned method", "untuned recipe", "seeds", "tuned / recipe [95% CI]", "p", "beats the tuned row"],
             rows,
@@ -477,10 +478,6 @@ def _figures(board: Board, record: dict, judgement: Judgement) -> list[str]:
     forest = board.files.add("tuning.speedups.png", speedup_forest(judgement))
     if forest:
         out += ["## Speed-ups\n", f"![each method's speed-up over its baseline, per cell]({forest})\n"]
-        if any(BEHIND in note for v in judgement.verdicts if v.speedup is not None for note in v.notes):
-            out += [
-                "†: a tuned row the verdict rests on is behind an untuned recipe by its median (see its verdict).\n"
-            ]
     scatter = board.files.add("tuning.decay.png", tuning_scatter(record))
     if scatter:
         out += [
@@ -493,7 +490,7 @@ def _figures(board: Board, record: dict, judgement: Judgement) -> list[str]:
 def speedup_forest(judgement: Judgement) -> bytes | None:
     """Per problem, each judged method's speed-up over its baseline with its 95% interval, on a log axis
     clipped to 0.01-100 (an arrow where the interval goes on; a method without a verdict in a problem:
-    its label, no mark; a dagger where a tuned row the verdict rests on is behind its recipe)."""
+    its label, no mark)."""
     from suite.leaderboard.plots import figure, style, to_png
 
     shown = [v for v in judgement.verdicts if v.baseline is not None]
@@ -514,8 +511,7 @@ def speedup_forest(judgement: Judgement) -> bytes | None:
             for end, bound, arrow in ((lo, 1e-2, "<"), (hi, 1e2, ">")):
                 if end == bound:  # the interval goes on past the axis (a bound of 0 or inf: a seed failed)
                     ax.plot(end, y, arrow, color=colour)
-        behind = " †" if any(BEHIND in note for note in v.notes) else ""
-        ticks.append((y, f"{v.problem}  {v.method}" + (behind if s is not None else " (no verdict)")))
+        ticks.append((y, f"{v.problem}  {v.method}" + ("" if s is not None else " (no verdict)")))
         y -= 1
     ax.axvline(1.0, color="grey", linewidth=1)
     ax.set_xscale("log")
