@@ -101,3 +101,21 @@ def test_the_headline_board_s_runs_were_made_by_today_s_code():
     results = [json.loads(p.read_text()) for p in (REPO / "leaderboards" / "tuned").rglob("result.json")]
     stale = [(r["run_id"], why) for r in results if (why := changed(r["code"], r["spec"]))]
     assert results and not stale, f"{len(stale)} of {len(results)} runs, the first {stale[:1]}"
+
+
+def test_the_headline_board_checks_its_rows_against_every_committed_recipe_of_their_families():
+    # a tuned row is at least as good as every recipe in the repository: a committed board holding an
+    # untuned run of a tuned row's family in its cell must be among the board command's --untuned roots
+    import re
+
+    from suite.leaderboard.collect import collect
+    from suite.leaderboard.tuned import judge
+
+    text = (REPO / "suite/grids/tuned.toml").read_text()
+    declared = {(REPO / root).as_posix() for root in re.findall(r"--untuned (\S+)", text)}
+    tuned = next(p for p in (REPO / "leaderboards/tuned/runs", REPO / "leaderboards/tuned/final") if p.is_dir())
+    others = tuple(p for p in sorted((REPO / "leaderboards").glob("*/runs")) if p.parent.name != "tuned")
+    assert declared and declared <= {p.as_posix() for p in others}
+    checks = judge(collect(tuned), record_of(tuned), others).checks
+    used = {re.search(r"\(([^()]*)\)$", r.label)[1] for found in checks.values() for r in found}
+    assert used and used <= declared, f"recipes under {sorted(used - declared)} are not checked on the board"
