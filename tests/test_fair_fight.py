@@ -343,7 +343,7 @@ def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(six_see
     generate(six_seeds, tmp_path / "board", untuned=(recipe,))
     assert "### Recipe check" in (tmp_path / "board" / "tuning.md").read_text()
     verdict = adamlr_verdict(tmp_path / "board")
-    assert verdict.startswith("no verdict: tuning failed: adam ") and "beats tuned adam (2" in verdict
+    assert verdict.startswith("no verdict: adam's tuning failed: adam ") and "beats tuned adam (2" in verdict
     assert "--untuned" in (tmp_path / "board" / "index.md").read_text()
     generate(six_seeds, tmp_path / "plain")  # no untuned roots: no check, a verdict word
     verdict = adamlr_verdict(tmp_path / "plain")
@@ -359,7 +359,7 @@ def test_a_recipe_sooner_by_its_median_only_still_fails_the_tuning(six_seeds, tm
     recipe = untuned_copy(six_seeds, tmp_path / "untuned", lambda i, step: step // 2 if i < 4 else step * 2)
     generate(six_seeds, tmp_path / "board", untuned=(recipe,))
     verdict = adamlr_verdict(tmp_path / "board")
-    assert verdict.startswith("no verdict: tuning failed: adam ") and "beats tuned adam (2" in verdict, verdict
+    assert verdict.startswith("no verdict: adam's tuning failed: adam ") and "beats tuned adam (2" in verdict, verdict
     low = float(verdict.split("beats tuned adam (")[1].split("[")[1].split("x")[0])
     assert low < 1  # not by its interval: the median alone decided
     check = (tmp_path / "board" / "tuning.md").read_text().split("### Recipe check")[1].split("\n## ")[0]
@@ -370,7 +370,7 @@ def test_a_recipe_sooner_by_its_median_only_still_fails_the_tuning(six_seeds, tm
     readme.write_text(f"{BEGIN.format(command='x')}\n{END}\n")
     block, _ = headline(readme, tmp_path / "board", "x")
     (row,) = [line for line in block.splitlines() if line.startswith("| adamlr |")]
-    assert row.split(" | ")[1] == "no verdict: tuning failed"
+    assert row.split(" | ")[1] == "no verdict: adam's tuning failed"  # the baseline's, not adamlr's
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,7 @@ def _table(names, per_problem, methods, judged) -> str:
 
 def _cell_text(row: dict) -> str:
     """A verdict cell of the table: a row's speed-up, its Holm-adjusted p and its verdict; "no verdict"
-    where it has none, with why in short ("no verdict: tuning failed"; tuning.md says it in full)."""
+    where it has none, with why in short ("no verdict: adam's tuning failed"; tuning.md says it in full)."""
     speedup, verdict = row["speed-up [95% CI]"], word(row["verdict"])
     if verdict == "no verdict":
         why = row["verdict"].removeprefix("no verdict: ")

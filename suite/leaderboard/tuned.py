@@ -143,7 +143,7 @@ def _withheld(problem: str, names: tuple, searched: dict, checks: dict, rows: di
     beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((problem, n), []) if r.beats]
     if beaten:
         name, r = beaten[0]
-        return f"tuning failed: {r.label} beats tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
+        return f"{name}'s tuning failed: {r.label} beats tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
     return ""
 
 
