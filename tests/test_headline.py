@@ -265,3 +265,18 @@ def test_the_verdicts_name_the_clock_their_cost_was_timed_by(tuned_root, tmp_pat
     generate(root, tmp_path / "older")
     page = (tmp_path / "older" / "tuning.md").read_text()
     assert "timed by the wall clock, the same machine" in page and "CPU time" not in page
+
+
+def test_the_figure_s_legend_lists_every_cell_in_the_table_s_order_and_says_which_has_no_verdict(monkeypatch):
+    from suite.leaderboard import headline as module
+
+    monkeypatch.setattr(
+        "suite.leaderboard.plots.to_png", lambda fig: [t.get_text() for t in fig.legends[0].get_texts()]
+    )
+    per_problem = [
+        {"cell": "k1", "method": "m", "speed-up [95% CI]": "-"},  # withheld: no mark
+        {"cell": "k2", "method": "m", "speed-up [95% CI]": "1.50x [1.20x, 1.90x]"},
+    ]
+    pooled = [{"method": "m", "speed-up [95% CI]": "1.50x [1.20x, 1.90x]"}]
+    labels = module.figure(["k1", "k2"], per_problem, pooled, ["m"])
+    assert labels == ["k1 (no verdict)", "k2", "over the cells judged"]

@@ -226,7 +226,10 @@ def _interval(text: str) -> tuple[float, float, float] | None:
 
 def figure(names, per_problem, methods, judged) -> bytes | None:
     """Per method, each problem's speed-up with its 95% interval (a colour per problem) and, below them,
-    the one over the problems judged (black diamond), on a log axis around 1."""
+    the one over the problems judged (black diamond), on a log axis around 1; the legend lists every
+    problem in the table's order, one where no method has a mark saying so."""
+    from matplotlib.lines import Line2D
+
     from suite.leaderboard.plots import figure as new_figure
     from suite.leaderboard.plots import style, to_png
 
@@ -234,7 +237,7 @@ def figure(names, per_problem, methods, judged) -> bytes | None:
         return None
     fig = new_figure(figsize=(8, 1.6 + 0.32 * len(judged) * (len(names) + 1.5)))
     ax = fig.subplots()
-    y, ticks, clip = 0.0, [], (1 / 64, 64)
+    y, ticks, clip, marked = 0.0, [], (1 / 64, 64), set()
     for method in judged:
         by_problem = {r["cell"]: r for r in _of(per_problem, method)}
         pooled = next((m for m in methods if m["method"] == method), None)
@@ -251,7 +254,8 @@ def figure(names, per_problem, methods, judged) -> bytes | None:
                     else {"color": style(colour)["color"], "marker": "o"}
                 )
                 ax.plot([low, high], [y, y], color=look["color"], linewidth=2)
-                ax.plot([point], [y], look["marker"], color=look["color"], label=label)
+                ax.plot([point], [y], look["marker"], color=look["color"])
+                marked.add(label)
             y -= 1
         ticks.append(((top + y + 1) / 2, method))
         y -= 0.8
@@ -261,7 +265,8 @@ def figure(names, per_problem, methods, judged) -> bytes | None:
     ax.set_yticks([t for t, _ in ticks], [m for _, m in ticks])
     ax.set_xlabel("speed-up over the tuned baseline (x, log scale; 95% interval, clipped to [1/64, 64])")
     ax.set_title("Above 1: grokked sooner than the tuned baseline")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    fig.legend(unique.values(), unique.keys(), loc="outside lower center", ncols=min(len(unique), 4), fontsize="small")
+    keys = [(name, style(i)["color"], "o") for i, name in enumerate(names)] + [("over the cells judged", "black", "D")]
+    handles = [Line2D([], [], color=colour, marker=m, linestyle="none") for _, colour, m in keys]
+    labels = [name if name in marked else f"{name} (no verdict)" for name, _, _ in keys]
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(keys), 4), fontsize="small")
     return to_png(fig)
