@@ -18,10 +18,10 @@ from suite.errors import FAULTS, SuiteError, missing_extra
 
 
 def runtime_defaults() -> None:
-    """Environment defaults torch reads when it is imported: main() sets them first, so
-    `python -m suite` and the grok-suite console script (which calls main() directly) run alike.
-    They are the command line's, not the library's: an import must not change how the importing
-    program's own threads run."""
+    """Environment defaults torch reads when it is imported (threads, huge pages, the CPU kernels):
+    main() sets them first, so `python -m suite` and the grok-suite console script (which calls
+    main() directly) run alike. They are the command line's, not the library's: an import must not
+    change how the importing program's own threads run."""
     # Stacks allocate activations and gradients of tens of MB every step; glibc hands blocks
     # that large straight back to the kernel, so each step would page-fault them in again. Huge
     # pages (torch's allocator madvises blocks >= 2 MB) keep them; results are unchanged (it is
@@ -29,6 +29,37 @@ def runtime_defaults() -> None:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     os.environ.update(thread_defaults(os.environ, cores, busy_cores()))
+    os.environ.update(kernel_defaults(os.environ, cpu_flags()))
+
+
+# torch's vectorized kernels (ATen), oneDNN and MKL each pick their code by the CPU's instruction set,
+# and each path rounds differently: on one AVX2 machine ATen's plain path or MKL's compatible one moved
+# a run's loss by ~1% within 50 steps, Adam amplifies it, and a run made on another machine (same
+# torch, one thread) grokked 200 steps later when replayed. Pinned to AVX2, the widest set x86 servers
+# of the last decade share, machines of one vendor run the same code with or without AVX-512 (MKL's
+# AVX2 branch is Intel's; on AMD MKL keeps its own choice). MKL agrees across vendors only on its
+# COMPATIBLE branch, which made a stack of 8 MLP runs 2.7x slower here: the user's to choose (README).
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def kernel_defaults(environ, flags: set[str] | None) -> dict[str, str]:
+    """The CPU kernels pinned to AVX2 (PINNED) where the CPU has AVX2 and FMA: ATen trusts the setting,
+    and on a CPU without them would stop at an illegal instruction. Where it cannot tell (flags None:
+    not Linux) nothing is pinned. A setting the user made stands (ATEN_CPU_CAPABILITY=avx512 runs
+    faster on such a machine, in numbers only such machines replay)."""
+    if flags is None or not {"avx2", "fma"} <= flags:
+        return {}
+    return {key: value for key, value in PINNED.items() if key not in environ}
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's instruction-set flags (/proc/cpuinfo's first "flags" line); None where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    return None if line is None else set(line.split(":", 1)[1].split())
 
 
 def thread_defaults(environ, cores: int, busy: int | None) -> dict[str, str]:

@@ -13,18 +13,19 @@ import pytest
 from conftest import REPO, cli
 
 import suite
-from suite.cli import CORE_MODULES, busy_cores, main, thread_defaults
+from suite.cli import CORE_MODULES, PINNED, busy_cores, cpu_flags, kernel_defaults, main, thread_defaults
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
-# Records the environment at the moment torch is first imported, printed at exit.
+# Records the environment (the variables in KEYS) at the moment torch is first imported, printed at exit.
+THREADS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")
 WATCH_TORCH = """
 import atexit, importlib.abc, json, os, sys
 seen = {}
 class Watch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == "torch" and not seen:
-            seen.update({k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")})
+            seen.update({k: os.environ.get(k) for k in KEYS})
 sys.meta_path.insert(0, Watch())
 atexit.register(lambda: print("ENV-AT-TORCH-IMPORT " + json.dumps(seen)))
 """
@@ -45,15 +46,14 @@ def test_version_is_the_packages():
     assert PYPROJECT["project"]["version"] == suite.__version__
 
 
-def run_entry(code: str, **user) -> tuple[subprocess.CompletedProcess, list[str], dict]:
-    """Run an entry point with the thread settings and THP_MEM_ALLOC_ENABLE unset unless the user
-    sets them: the process, its stdout lines and the environment torch was imported under. A fresh
+def run_entry(code: str, keys=THREADS, **user) -> tuple[subprocess.CompletedProcess, list[str], dict]:
+    """Run an entry point with the thread, huge-page and CPU kernel settings unset unless the user sets
+    them: the process, its stdout lines and the settings among `keys` torch was imported under. A fresh
     interpreter each: what is set before torch's import is the point, and this one imported torch long ago."""
-    ours = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE")
+    ours = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE", *PINNED)
     env = {k: v for k, v in os.environ.items() if k not in ours} | user
-    proc = subprocess.run(
-        [sys.executable, "-c", WATCH_TORCH + code], env=env, capture_output=True, text=True, timeout=300
-    )
+    watch = f"KEYS = {tuple(keys)!r}\n" + WATCH_TORCH
+    proc = subprocess.run([sys.executable, "-c", watch + code], env=env, capture_output=True, text=True, timeout=300)
     *out, last = proc.stdout.strip().splitlines()
     assert last.startswith("ENV-AT-TORCH-IMPORT "), proc.stderr
     return proc, out, json.loads(last.split(" ", 1)[1])
@@ -106,6 +106,40 @@ def test_beside_work_on_every_core_torch_gets_one_thread_that_sleeps_while_it_wa
 )
 def test_threads_follow_the_cores_other_processes_leave_free(environ, busy, chosen):
     assert thread_defaults(environ, 4, busy) == chosen
+
+
+def test_the_cpu_kernels_are_pinned_to_avx2_before_torch_is_imported_where_the_cpu_has_it():
+    # torch's and MKL's code paths round differently by instruction set: pinned, a spec and seed run
+    # the same code on machines of one vendor with or without AVX-512
+    flags = cpu_flags()
+    pinned = {"avx2", "fma"} <= (flags or set())
+    _, _, env = run_entry(MODULE, keys=tuple(PINNED))
+    assert env == (PINNED if pinned else dict.fromkeys(PINNED))
+    _, _, kept = run_entry(MODULE, keys=tuple(PINNED), ATEN_CPU_CAPABILITY="default")
+    assert kept == {**env, "ATEN_CPU_CAPABILITY": "default"}  # the user's choice stands, the rest as before
+
+
+@pytest.mark.parametrize(
+    "environ, flags, chosen",
+    [
+        ({}, {"sse2", "avx", "avx2", "fma", "avx512f"}, PINNED),  # AVX-512 runs AVX2's code, as an AVX2 machine does
+        ({}, {"sse2", "avx", "avx2", "fma"}, PINNED),
+        ({}, {"sse2", "avx"}, {}),  # no AVX2: ATen would stop at an illegal instruction
+        ({}, {"avx2"}, {}),  # ATen's AVX2 kernels need FMA too
+        ({}, None, {}),  # cannot tell (not Linux)
+        ({"MKL_CBWR": "AUTO"}, {"avx2", "fma"}, {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    ],
+)
+def test_the_kernels_pinned_follow_the_cpu_s_flags_and_the_user_s_choice(environ, flags, chosen):
+    assert kernel_defaults(environ, flags) == chosen
+
+
+def test_cpu_flags_are_read_from_the_first_flags_line(monkeypatch):
+    text = "processor\t: 0\nmodel name\t: X\nflags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu\n"
+    monkeypatch.setattr("builtins.open", lambda path: io.StringIO(text))
+    assert cpu_flags() == {"fpu", "sse2", "avx2", "fma"}
+    monkeypatch.setattr("builtins.open", lambda path: io.StringIO("Features\t: fp asimd\n"))  # an ARM machine
+    assert cpu_flags() is None
 
 
 def test_busy_cores_leaves_out_the_process_that_counts(monkeypatch):

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from conftest import REPO, TINY_FIXED, cli
 
-from suite.cli import main, make_parser
+from suite.cli import PINNED, cpu_flags, main, make_parser
 from suite.launch.grid import load
 from suite.results.rundir import RunDir
 from suite.specs.spec import canonical, resolve, spec_id
@@ -247,6 +247,8 @@ def test_local_backend_runs_missing_cells_and_a_rerun_skips_finished_ones(tmp_pa
     assert all(d.status() == "done" for d in dirs)
     results = [json.loads((d / "result.json").read_text()) for d in dirs]
     assert all(r["threads"] == 1 and r["omp_wait_policy"] == "PASSIVE" for r in results)
+    if {"avx2", "fma"} <= (cpu_flags() or set()):  # each says which CPU kernels made it, the ones pinned
+        assert all(r["cpu_capability"] == "AVX2" and r["mkl_cbwr"] == PINNED["MKL_CBWR"] for r in results)
     assert [r["spec"] for r in results] == [canonical(c.spec) for c in cells]
     stamp = (dirs[0] / "result.json").stat().st_mtime_ns
 

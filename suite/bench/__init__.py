@@ -134,6 +134,8 @@ def header(device: torch.device, options: Options, started: datetime) -> dict:
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "cpu_count": os.cpu_count(),

@@ -80,7 +80,8 @@ def flatten(spec: dict) -> dict:
 
 TEXT = {  # result fields that are text whatever the runs hold (all null is still text, not a number)
     "run_id", "git_commit", "device", "device_name", "hostname", "created_utc", "stop_reason",
-    "suite_version", "torch_version", "python", "omp_wait_policy", "grid", "experiment",
+    "suite_version", "torch_version", "python", "omp_wait_policy", "grid", "experiment", "cpu_capability",
+    "mkl_cbwr",
 }  # fmt: skip
 
 

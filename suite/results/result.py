@@ -123,8 +123,9 @@ def _cpu_model() -> str:
 
 
 def provenance(size: int, device, compile: bool) -> dict:
-    """How a result was made, recorded in it. Threads change the rounding on CPU (README, "Many seeds at
-    once") and the wait policy the speed, so both are recorded beside the commit."""
+    """How a result was made, recorded in it. Threads and the CPU's kernels (ATen's vector width, MKL's
+    code path: suite/cli.py pins both) change the rounding on CPU (README, "Many seeds at once") and the
+    wait policy the speed, so all are recorded beside the commit."""
     import torch
 
     return {
@@ -134,6 +135,8 @@ def provenance(size: int, device, compile: bool) -> dict:
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),
         "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         **machine(device),
     }
