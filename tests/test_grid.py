@@ -285,8 +285,9 @@ def test_cells_drawn_while_a_local_grid_runs_join_it_and_a_freed_worker_takes_th
     root = tmp_path / "runs"
     short = load(write(tmp_path, TINY_FIXED + "[axes]\nseed = [0, 1]\n", "short.toml"))
     first, later = (c.under(root) for c in short.cells)
-    # thousands of steps against forty: its process outlives the short one's by seconds
-    slow = TINY_FIXED.replace('"train.steps" = 40', '"train.steps" = 1500').replace("= 10\n", "= 500\n")
+    # thousands of steps against forty: its process outlives the short one's by tens of seconds, enough
+    # beside other work too (at 1,500 steps a loaded CI machine once reaped the short one after the slow one)
+    slow = TINY_FIXED.replace('"train.steps" = 40', '"train.steps" = 6000').replace("= 10\n", "= 1000\n")
     slow = write(tmp_path, slow, "slow.toml")
     (slow,) = (c.under(root) for c in load(slow).cells)
     asked = []  # each time a process ended: were the first and the slow run finished then
