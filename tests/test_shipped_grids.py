@@ -117,5 +117,5 @@ def test_the_headline_board_checks_its_rows_against_every_committed_recipe_of_th
     others = tuple(p for p in sorted((REPO / "leaderboards").glob("*/runs")) if p.parent.name != "tuned")
     assert declared and declared <= {p.as_posix() for p in others}
     checks = judge(collect(tuned), record_of(tuned), others).checks
-    used = {re.search(r"\(([^()]*)\)$", r.label)[1] for found in checks.values() for r in found}
+    used = {r.root for found in checks.values() for r in found}
     assert used and used <= declared, f"recipes under {sorted(used - declared)} are not checked on the board"

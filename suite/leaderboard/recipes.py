@@ -32,13 +32,18 @@ JUDGED_HERE = ("train.hold",)  # a problem setting the tuned problem's value rep
 class Recipe:
     """An untuned method of a tuned row's family in its problem, on the seeds both ran."""
 
-    label: str  # its settings, and the runs it came from
+    settings: str
+    root: str  # the runs it came from
     seeds: list[int]
     speedup: float  # the tuned row's median time over the recipe's: above 1, the recipe is sooner
     low: float
     high: float
     p: float
     beats: bool  # its median time is below the tuned row's (the speed-up above 1)
+
+    @property
+    def label(self) -> str:
+        return f"{self.settings} ({self.root})"
 
 
 def family(method: dict) -> tuple:
@@ -89,7 +94,8 @@ def _compare(col: Collection, method: dict, seeds: list[int], ours: list[float],
     neither = math.isinf(median_time(ours)) and math.isinf(median_time(theirs))
     speedup = math.nan if neither else ratio(median_time(ours), median_time(theirs))
     return Recipe(
-        f"{_label(method)} ({col.root.as_posix()})",
+        _label(method),
+        col.root.as_posix(),
         seeds,
         speedup,
         low,
