@@ -36,7 +36,7 @@ def argv(command: str) -> list[str]:
 
 def test_the_readme_shows_commands_of_every_kind():
     kinds = {argv(command)[0] for command in COMMANDS}
-    assert {"list", "run", "grid", "status", "leaderboard", "compare", "tune", "export", "bench"} <= kinds
+    assert {"list", "run", "grid", "status", "leaderboard", "compare", "replay", "tune", "export", "bench"} <= kinds
     assert "python -m suite run --model transformer --opt adamlr" in COMMANDS  # the card's command
 
 

@@ -141,23 +141,24 @@ def resolve_specs(args) -> list[dict]:
     return specs
 
 
-def like(run_dir: str, choices: dict, settings: dict) -> tuple[dict, dict, int]:
+def like(run_dir: str, choices: dict, settings: dict, flag: str = "--like") -> tuple[dict, dict, int]:
     """The components, settings and seed of the spec a run ran, under the flags' own: a component the
-    flags change takes its own defaults, not the run's settings of the one it replaces."""
+    flags change takes its own defaults, not the run's settings of the one it replaces. flag: what
+    the errors name as asking for it."""
     from suite.results.rundir import read_json
     from suite.specs.spec import resolve, with_later_defaults
 
     path = Path(run_dir) / "spec.json"
     if not path.is_file():
-        raise SuiteError(f"--like {run_dir}: no spec.json there (a run folder holds one from its start)")
+        raise SuiteError(f"{flag} {run_dir}: no spec.json there (a run folder holds one from its start)")
     spec = read_json(path)
     named = lambda part: isinstance(part, dict) and isinstance(part.get("name"), str)  # noqa: E731
     if not (isinstance(spec, dict) and named(spec.get("task")) and named(spec.get("model")) and "seed" in spec):
-        raise SuiteError(f"--like {run_dir}: {path} is not a spec of this suite (a task, a model and a seed)")
+        raise SuiteError(f"{flag} {run_dir}: {path} is not a spec of this suite (a task, a model and a seed)")
     spec = with_later_defaults(spec)
     kinds = [k for k, part in spec.items() if isinstance(part, dict)]
     if unnamed := [k for k in kinds if k != "train" and not named(spec[k])]:
-        raise SuiteError(f"--like {run_dir}: {path} is not a spec of this suite ({unnamed[0]} names no component)")
+        raise SuiteError(f"{flag} {run_dir}: {path} is not a spec of this suite ({unnamed[0]} names no component)")
     try:  # the file's own spec, checked whole: its errors name the file, not a --set the user never typed
         resolve(
             {k: spec[k]["name"] for k in kinds if k != "train"},
@@ -165,7 +166,7 @@ def like(run_dir: str, choices: dict, settings: dict) -> tuple[dict, dict, int]:
             spec["seed"],
         )
     except SuiteError as err:
-        raise SuiteError(f"--like {run_dir}: {path} is not a spec this suite runs: {err}") from None
+        raise SuiteError(f"{flag} {run_dir}: {path} is not a spec this suite runs: {err}") from None
     kept = {k: spec[k]["name"] for k in kinds if k != "train" and choices.get(k) in (None, spec[k]["name"])}
     ran = {f"{k}.{key}": v for k in kinds if k in kept or k == "train" for key, v in spec[k].items() if key != "name"}
     return {**kept, **{k: v for k, v in choices.items() if v is not None}}, {**ran, **settings}, spec["seed"]
