@@ -88,3 +88,19 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_trained(stacked, tmp_path
     proc = cli("replay", *[a.format(**names) for a in args])
     assert proc.returncode == 2 and proc.stderr.strip() == "error: " + said.format(**names)
     assert proc.stdout == ""
+
+
+def test_a_spec_this_suite_no_longer_runs_names_the_commit_that_made_it(stacked):
+    spec = json.loads((stacked / "spec.json").read_text())
+    spec["task"]["zipf_s"] = 1.0  # a setting renamed since
+    (stacked / "spec.json").write_text(json.dumps(spec))
+    result = json.loads((stacked / "result.json").read_text())
+    (stacked / "result.json").write_text(json.dumps(result | {"git_commit": "c8aedd33f00d"}))
+    for command in (["replay", stacked], ["run", "--like", stacked]):
+        proc = cli(*command)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+        assert (
+            f"{stacked / 'spec.json'} is not a spec this suite runs (made at c8aedd33: check it out to rerun it): "
+            in (proc.stderr)
+            and "'zipf_s'" in proc.stderr
+        )

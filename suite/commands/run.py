@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -166,10 +167,19 @@ def like(run_dir: str, choices: dict, settings: dict, flag: str = "--like") -> t
             spec["seed"],
         )
     except SuiteError as err:
-        raise SuiteError(f"{flag} {run_dir}: {path} is not a spec this suite runs: {err}") from None
+        raise SuiteError(f"{flag} {run_dir}: {path} is not a spec this suite runs{_made_at(run_dir)}: {err}") from None
     kept = {k: spec[k]["name"] for k in kinds if k != "train" and choices.get(k) in (None, spec[k]["name"])}
     ran = {f"{k}.{key}": v for k in kinds if k in kept or k == "train" for key, v in spec[k].items() if key != "name"}
     return {**kept, **{k: v for k, v in choices.items() if v is not None}}, {**ran, **settings}, spec["seed"]
+
+
+def _made_at(run_dir: str) -> str:
+    """' (made at COMMIT: check it out to rerun it)' where the run's result.json names its commit."""
+    try:
+        commit = json.loads((Path(run_dir) / "result.json").read_text()).get("git_commit")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f" (made at {commit[:8]}: check it out to rerun it)" if isinstance(commit, str) and commit else ""
 
 
 def parse_sets(pairs: list[str]) -> dict[str, str]:
