@@ -18,6 +18,7 @@ from suite.specs.cell import GRID_NAME
 # grid's tuning protocol version): bumped when a change makes the same spec and seed train to
 # different numbers (2: each stack member runs its own products on the CPU). A method is added to a
 # board (`suite tune --add`) only by a suite of the computation its baselines were run by.
+# tests/test_traces.py holds it: the first steps of a run per method, recorded under this number.
 PROTOCOL = 2
 
 
