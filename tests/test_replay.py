@@ -1,6 +1,7 @@
 """`python -m suite replay`: a recorded run's first steps trained again and compared, value by value."""
 
 import json
+import shutil
 import tempfile
 
 import pytest
@@ -77,6 +78,7 @@ def test_a_step_the_replay_never_logged_differs(stacked):
         (["{nowhere}"], "replay {nowhere}: no spec.json there (a run folder holds one from its start)"),
         (["{run}", "--steps", "0"], "--steps takes a positive number of steps, got 0"),
         (["{run}", "--steps", "5"], "replay {run}: it logged no step after 0 within 5 steps; replay more --steps"),
+        (["{broken}"], "replay {broken}: its metrics.jsonl is not a log of this suite (a JSON object a line)"),
         (
             ["{run}", "{nowhere}"],
             "replay {nowhere}: no spec.json there (a run folder holds one from its start)",
@@ -84,7 +86,9 @@ def test_a_step_the_replay_never_logged_differs(stacked):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_with_nothing_trained(stacked, tmp_path, args, said):
-    names = {"run": stacked, "nowhere": tmp_path / "nowhere"}
+    names = {"run": stacked, "nowhere": tmp_path / "nowhere", "broken": tmp_path / "broken"}
+    shutil.copytree(stacked, names["broken"])
+    (names["broken"] / "metrics.jsonl").write_text('{"step": 0, "train_loss": 1.0}\n{"step": 10, "train_lo\n')
     proc = cli("replay", *[a.format(**names) for a in args])
     assert proc.returncode == 2 and proc.stderr.strip() == "error: " + said.format(**names)
     assert proc.stdout == ""

@@ -60,7 +60,10 @@ def _plan(run_dir: Path, steps: int) -> tuple[Path, dict, dict[int, dict]]:
     choices, settings, seed = like(str(run_dir), {}, {}, flag="replay")
     if not (run_dir / "metrics.jsonl").is_file():
         raise SuiteError(f"{where}: no metrics.jsonl there (a run folder logs one from its first evaluation)")
-    recorded = rows_of(run_dir / "metrics.jsonl")
+    try:
+        recorded = rows_of(run_dir / "metrics.jsonl")
+    except (ValueError, KeyError, TypeError):
+        raise SuiteError(f"{where}: its metrics.jsonl is not a log of this suite (a JSON object a line)") from None
     if not recorded:
         raise SuiteError(f"{where}: its metrics.jsonl holds no logged step")
     last = max((s for s in recorded if s <= steps), default=None)
