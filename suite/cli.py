@@ -1,4 +1,4 @@
-"""Command line: `python -m suite list | run | grid | status | leaderboard | export | bench`.
+"""Command line: `python -m suite COMMAND` (`--help` lists them, in suite/commands/__init__.py's order).
 
 Each subcommand is a module of suite/commands/ (its flags and what it does); this module puts
 them together, and turns bad input (SuiteError) into one line on stderr and exit code 2.
