@@ -63,6 +63,16 @@ def test_a_measure_that_parts_from_the_same_training_is_said_apart_and_still_exi
     assert "(emb_norm_rare at step 10)" in proc.stdout
 
 
+def test_several_runs_are_counted_at_the_end(stacked):
+    seed0 = next(stacked.parent.glob("seed0-*"))
+    edited(stacked, 10, "val_loss", 0.0)
+    proc = cli("replay", seed0, stacked, "--steps", "10")
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"{seed0}: ") and lines[2].startswith(f"{stacked}: differs from step 10: val_loss ")
+    assert lines[-1] == "1 of 2 runs trained the same bits" and len(lines) == 5
+
+
 def test_a_step_the_replay_never_logged_differs(stacked):
     rows = (stacked / "metrics.jsonl").read_text().splitlines()
     extra = json.loads(rows[2]) | {"step": 25}  # as if the run had been evaluated at step 25

@@ -48,6 +48,8 @@ def run(args) -> int:
         differs += not same
         print(f"{run_dir}: {said}")
         print(f"    {made_where(_read(run_dir / 'result.json'))}; replayed {made_where(made)}")
+    if len(plans) > 1:
+        print(f"{len(plans) - differs} of {len(plans)} runs trained the same bits")
     return 1 if differs else 0
 
 
