@@ -174,4 +174,24 @@ def test_a_stack_opening_in_threads_hashes_each_component_s_code_once(monkeypatc
         t.start()
     for t in threads:
         t.join()
-    assert len(hashed) == len(code.code_of(spec))  # once per component (each kind's is another function)
+    assert len(hashed) == len(code.KINDS)  # once per component (each kind's is another function)
+
+
+def test_a_run_of_another_computation_is_not_reused_and_one_recorded_before_the_number_is(tmp_path):
+    # the engine's code is not hashed: its computation number stands for it (suite/specs/code.py)
+    from suite.specs.code import COMPUTATION
+
+    out = tmp_path / "run"
+    args = ["run", "--set", "p=23", "--set", "batch_size=64", "--steps", "20", "--set", "eval_every=10", "--out", out]
+    assert cli(*args).returncode == 0
+    code = json.loads((out / "code.json").read_text())
+    assert code["engine"] == {"computation": COMPUTATION}
+    (out / "code.json").write_text(json.dumps(code | {"engine": {"computation": COMPUTATION - 1}}))
+    refused = cli(*args)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        f"error: {out} was made by other code of the engine (computation {COMPUTATION - 1} -> {COMPUTATION}): "
+        "rerun it with --rerun-changed, or choose another --root (or --out)"
+    )
+    (out / "code.json").write_text(json.dumps({k: v for k, v in code.items() if k != "engine"}))
+    again = cli(*args)  # made before runs recorded the number: reused, as runs made before code.json
+    assert again.returncode == 0 and "already finished" in again.stderr

@@ -10,10 +10,10 @@ path, MKL's compatible branch, two threads) moved these losses by at most 2e-7, 
 batches by 6e-4 or more. A relative 1e-5 leaves rounding 50 times what it took here and catches the rest.
 
 traces.json was written by an engine that replays the headline board's runs made on its machine bit for
-bit (`suite replay`), under the computation number (PROTOCOL, suite/results/tuning_record.py) that a board
-records and `tune --add` requires. A change meant to move the numbers bumps PROTOCOL, says so where the
-boards are (their runs were made by the old engine), and writes the traces again: `python
-tests/test_traces.py`, which refuses while PROTOCOL is unchanged and the numbers moved.
+bit (`suite replay`), under the engine's computation number (COMPUTATION, suite/specs/code.py), which
+runs and boards record. A change meant to move the numbers bumps COMPUTATION, says so where the boards
+are (their runs were made by the old engine), and writes the traces again: `python tests/test_traces.py`,
+which refuses while COMPUTATION is unchanged and the numbers moved.
 """
 
 import json
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli
 
-from suite.results.tuning_record import PROTOCOL
+from suite.specs.code import COMPUTATION
 
 TRACES = Path(__file__).with_name("traces.json")
 TOLERANCE = 1e-5  # relative, at every step
@@ -70,33 +70,35 @@ def test_the_first_steps_train_the_recorded_losses(case, tmp_path):
     traces = json.loads(TRACES.read_text())
     why = moved(traces["cases"][case], trace(case, tmp_path))
     assert why is None, (
-        f"{case}: {why} (written at {traces['commit']}): the engine no longer computes computation {PROTOCOL}; "
-        "if that is meant, bump PROTOCOL (suite/results/tuning_record.py) and write the traces again"
+        f"{case}: {why} (written at {traces['commit']}): the engine no longer computes computation {COMPUTATION}; "
+        "if that is meant, bump COMPUTATION (suite/specs/code.py) and write the traces again"
     )
 
 
 def test_the_traces_are_of_this_computation_and_cover_every_case():
     traces = json.loads(TRACES.read_text())
-    assert traces["protocol"] == PROTOCOL, "PROTOCOL changed: write the traces again (python tests/test_traces.py)"
+    assert traces["computation"] == COMPUTATION, (
+        "COMPUTATION changed: write the traces again (python tests/test_traces.py)"
+    )
     assert sorted(traces["cases"]) == sorted(CASES)
 
 
 if __name__ == "__main__":  # write traces.json from this checkout's engine
     import tempfile
 
-    old = json.loads(TRACES.read_text()) if TRACES.exists() else {"protocol": None, "cases": {}}
+    old = json.loads(TRACES.read_text()) if TRACES.exists() else {"computation": None, "cases": {}}
     with tempfile.TemporaryDirectory() as tmp:
         cases = {case: trace(case, Path(tmp)) for case in sorted(CASES)}
-    if old["protocol"] == PROTOCOL:
+    if old["computation"] == COMPUTATION:
         changed = [
             f"{case}: {why}"
             for case in cases
             if case in old["cases"] and (why := moved(old["cases"][case], cases[case]))
         ]
         if changed:
-            sys.exit(f"the numbers moved under computation {PROTOCOL} ({changed[0]}): bump PROTOCOL first")
+            sys.exit(f"the numbers moved under computation {COMPUTATION} ({changed[0]}): bump COMPUTATION first")
     commit = subprocess.run(["git", "rev-parse", "--short=8", "HEAD"], cwd=REPO, capture_output=True, text=True)
     TRACES.write_text(
-        json.dumps({"protocol": PROTOCOL, "commit": commit.stdout.strip(), "cases": cases}, indent=1) + "\n"
+        json.dumps({"computation": COMPUTATION, "commit": commit.stdout.strip(), "cases": cases}, indent=1) + "\n"
     )
-    print(f"{TRACES}: {len(cases)} cases, computation {PROTOCOL}", file=sys.stderr)
+    print(f"{TRACES}: {len(cases)} cases, computation {COMPUTATION}", file=sys.stderr)

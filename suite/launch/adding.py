@@ -22,9 +22,9 @@ from suite.launch.spaces import Tuning, parse
 from suite.launch.tuning import best_of, spec_for
 from suite.results.result import has_full_spec
 from suite.results.rundir import RunDir, read_json, result_files
-from suite.results.tuning_record import PROTOCOL, reached, record_of
+from suite.results.tuning_record import reached, record_of
 from suite.specs.cell import Cell
-from suite.specs.code import changed
+from suite.specs.code import COMPUTATION, changed
 from suite.specs.spec import canonical, spec_id
 
 RECORD_PLACES = (".", "runs", "final")  # where a board keeps tuning.json: committed boards in runs/
@@ -41,9 +41,9 @@ def board_record(board: str | Path) -> tuple[dict, Path]:
     else:
         raise SuiteError(f"{board} holds no tuning.json (in it, runs/ or final/): --against takes a tuned board")
     made_at = record.get("protocol", 1)
-    if made_at != PROTOCOL:
+    if made_at != COMPUTATION:
         raise SuiteError(
-            f"{board} was run by computation {made_at} and this suite computes runs as computation {PROTOCOL}: its "
+            f"{board} was run by computation {made_at} and this suite computes runs as computation {COMPUTATION}: its "
             "baselines and your method would not be measured alike; add it at the commit its runs name "
             "(git_commit in their result.json), or rerun the board"
         )

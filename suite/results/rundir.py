@@ -272,9 +272,11 @@ class RunDir:
         if not path.exists():
             return None
         code = read_json(path)
-        if not (isinstance(code, dict) and all(map(_code_entry, code.values()))):
+        entries = code.items() if isinstance(code, dict) else None
+        if entries is None or not all(_engine_entry(v) if k == "engine" else _code_entry(v) for k, v in entries):
             raise UnreadableFile(
-                f"{path} is not a code record of this suite (per component: module, code_sha256); "
+                f"{path} is not a code record of this suite (per component: module, code_sha256; the engine's "
+                "computation); "
                 "delete the run folder to run it again"
             )
         return code
@@ -369,6 +371,10 @@ class RunDir:
     def drop_checkpoints(self) -> None:
         for name in (CHECKPOINT, PREVIOUS):
             (self.path / name).unlink(missing_ok=True)
+
+
+def _engine_entry(entry) -> bool:
+    return isinstance(entry, dict) and type(entry.get("computation")) is int
 
 
 def _code_entry(entry) -> bool:

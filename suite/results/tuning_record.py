@@ -13,13 +13,7 @@ from pathlib import Path
 
 from suite.results.rundir import UnreadableFile, read_json, write_json
 from suite.specs.cell import GRID_NAME
-
-# The way this suite computes a run (its computation, a number a board records as "protocol"; not the
-# grid's tuning protocol version): bumped when a change makes the same spec and seed train to
-# different numbers (2: each stack member runs its own products on the CPU). A method is added to a
-# board (`suite tune --add`) only by a suite of the computation its baselines were run by.
-# tests/test_traces.py holds it: the first steps of a run per method, recorded under this number.
-PROTOCOL = 2
+from suite.specs.code import COMPUTATION
 
 
 def write_record(path: Path, protocol: dict, chosen: list[dict], cells: dict[str, dict], adding: bool = False) -> None:
@@ -29,7 +23,7 @@ def write_record(path: Path, protocol: dict, chosen: list[dict], cells: dict[str
     the protocol is the same; `adding` (`tune --add`): also those of methods another add wrote
     meanwhile. Read, merged and written under a lock on the folder, so that two commands writing at
     once both stay in the record."""
-    record = {"grid": protocol["grid"], "protocol": PROTOCOL} | protocol
+    record = {"grid": protocol["grid"], "protocol": COMPUTATION} | protocol
     with _only_writer(path.parent):
         old = record_of(path.parent)
         new_keys = {(c["cell"], c["method"]) for c in chosen}

@@ -32,9 +32,21 @@ import threading
 
 KINDS = ("task", "model", "opt", "sampler", "filter")
 
+# How the engine computes a run from its spec and seed, as a number: bumped when a change makes the same
+# spec and seed train to other numbers (2: each stack member runs its own products on the CPU). The
+# engine's code is not hashed (a refactor would refuse every run); tests/test_traces.py holds this number
+# to the losses it computes. Runs record it, and one of another computation is not reused or resumed;
+# a tuned board records it (tuning.json's "protocol"), and `tune --add` requires it.
+COMPUTATION = 2
+
 
 def code_of(spec: dict) -> dict:
-    """Per component kind in the spec: {name, module, code_sha256, modules, imports, package, version}."""
+    """Per component kind in the spec: {name, module, code_sha256, modules, imports, package, version};
+    and "engine": {computation}."""
+    return _components(spec) | {"engine": {"computation": COMPUTATION}}
+
+
+def _components(spec: dict) -> dict:
     from suite.specs.registry import ALL
 
     with _computing:  # a stack's runs open in threads: one of them hashes the code, the others wait for it
@@ -45,11 +57,14 @@ _computing = threading.Lock()
 
 
 def changed(recorded: dict | None, spec: dict) -> str | None:
-    """Which component's code differs from what made a run (one phrase), or None: the same code,
-    or a run made before code identities were recorded."""
+    """Which component's code, or the engine's computation, differs from what made a run (one phrase),
+    or None: the same, or a run made before they were recorded."""
     if not recorded:
         return None
-    for kind, now in code_of(spec).items():
+    engine = recorded.get("engine")
+    if isinstance(engine, dict) and engine.get("computation") != COMPUTATION:
+        return f"the engine (computation {engine.get('computation')} -> {COMPUTATION})"
+    for kind, now in _components(spec).items():
         then = recorded.get(kind)
         if not isinstance(then, dict):
             continue
