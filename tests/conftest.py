@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from suite.cli import cpu_flags, kernel_defaults  # imports no torch
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # tests share 2 cores with each other
+# The command line's CPU kernels, set before torch is imported: what trains in this process runs the
+# code a user's `python -m suite` runs (on an AVX-512 machine, too).
+os.environ.update(kernel_defaults(os.environ, cpu_flags()))
 REPO = Path(__file__).resolve().parents[1]
 
 
