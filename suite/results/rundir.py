@@ -276,8 +276,7 @@ class RunDir:
         if entries is None or not all(_engine_entry(v) if k == "engine" else _code_entry(v) for k, v in entries):
             raise UnreadableFile(
                 f"{path} is not a code record of this suite (per component: module, code_sha256; the engine's "
-                "computation); "
-                "delete the run folder to run it again"
+                "computation); delete the run folder to run it again"
             )
         return code
 

@@ -16,6 +16,7 @@ installed distributions those modules import (a plugin's dependency such as sche
 those the suite itself depends on (torch, numpy, ...: the suite's own version covers them), and a
 change of version refuses a run too. Runs recorded before this rule hold source_sha256, a hash of
 the module's text, and are compared by it; runs made before any record have none, and are reused.
+The engine's code is not in the record; its computation number (COMPUTATION, below) is.
 """
 
 from __future__ import annotations
