@@ -118,3 +118,13 @@ def test_a_spec_this_suite_no_longer_runs_names_the_commit_that_made_it(stacked)
             in (proc.stderr)
             and "'zipf_s'" in proc.stderr
         )
+
+
+def test_a_run_without_result_json_replays_what_it_logged(stacked):
+    # an interrupted run: its metrics so far, no result.json to say where it was made
+    (stacked / "result.json").unlink()
+    proc = cli("replay", stacked, "--steps", "20")
+    assert proc.returncode == 0, proc.stderr
+    line, where = proc.stdout.splitlines()
+    assert "the same bits at steps 0-20 (3 evaluations)" in line
+    assert where.strip().startswith("where not recorded (no result.json); replayed at ")
