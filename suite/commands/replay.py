@@ -24,9 +24,10 @@ def add(sub) -> None:
         help="train recorded runs' first steps again and compare every measure with what they logged",
         description="Train each run's spec and seed again, into a temporary folder, up to --steps (or the "
         "run's last logged step, if sooner), and compare every measure of metrics.jsonl at every step both "
-        "logged. Prints one line a run: the same bits, or the first measure that differs and the largest "
-        "relative difference; then where each was made (commit, CPU kernels). Exit 0: every run the same "
-        "bits; 1: some differ; 2: bad input. The recorded runs are only read.",
+        "logged. Prints one line a run: the same bits; or the same training (every loss and accuracy) with "
+        "measures of the weights in other rounding; or the first loss or accuracy that differs and the largest "
+        "relative difference; then where each was made (commit, CPU kernels). Exit 0: every run trained the "
+        "same bits; 1: some did not; 2: bad input. The recorded runs are only read.",
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (spec.json, metrics.jsonl)")
     p.add_argument("--steps", type=int, default=200, help="replay this many update steps (default 200)")
