@@ -1,6 +1,7 @@
 """`python -m suite replay`: a recorded run's first steps trained again and compared, value by value."""
 
 import json
+import os
 import shutil
 import tempfile
 
@@ -88,7 +89,11 @@ def test_a_step_the_replay_never_logged_differs(stacked):
         (["{nowhere}"], "replay {nowhere}: no spec.json there (a run folder holds one from its start)"),
         (["{run}", "--steps", "0"], "--steps takes a positive number of steps, got 0"),
         (["{run}", "--steps", "5"], "replay {run}: it logged no step after 0 within 5 steps; replay more --steps"),
-        (["{broken}"], "replay {broken}: its metrics.jsonl is not a log of this suite (a JSON object a line)"),
+        (
+            ["{broken}"],
+            "replay {broken}: {broken}/metrics.jsonl: line 2 is not valid JSON; the run's history is damaged "
+            "(delete the run folder to run it again)",
+        ),
         (
             ["{run}", "{nowhere}"],
             "replay {nowhere}: no spec.json there (a run folder holds one from its start)",
@@ -98,7 +103,7 @@ def test_a_step_the_replay_never_logged_differs(stacked):
 def test_bad_input_is_one_line_and_exit_2_with_nothing_trained(stacked, tmp_path, args, said):
     names = {"run": stacked, "nowhere": tmp_path / "nowhere", "broken": tmp_path / "broken"}
     shutil.copytree(stacked, names["broken"])
-    (names["broken"] / "metrics.jsonl").write_text('{"step": 0, "train_loss": 1.0}\n{"step": 10, "train_lo\n')
+    (names["broken"] / "metrics.jsonl").write_text('{"step": 0, "train_loss": 1.0}\n{"step": 10, "tr\n{"step": 20}\n')
     proc = cli("replay", *[a.format(**names) for a in args])
     assert proc.returncode == 2 and proc.stderr.strip() == "error: " + said.format(**names)
     assert proc.stdout == ""
@@ -124,6 +129,18 @@ def test_a_run_without_result_json_replays_what_it_logged(stacked):
     # an interrupted run: its metrics so far, no result.json to say where it was made
     (stacked / "result.json").unlink()
     proc = cli("replay", stacked, "--steps", "20")
+    assert proc.returncode == 0, proc.stderr
+    line, where = proc.stdout.splitlines()
+    assert "the same bits at steps 0-20 (3 evaluations)" in line
+    assert where.strip().startswith("where not recorded (no result.json); replayed at ")
+
+
+def test_a_torn_last_line_is_what_a_killed_run_leaves_and_the_steps_before_it_replay(stacked):
+    lines = (stacked / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (stacked / "metrics.jsonl").write_text("".join(lines[:3]) + lines[3][:15])
+    os.remove(stacked / "result.json")
+    os.mkfifo(stacked / "result.json")  # read as a file, it would keep replay waiting forever
+    proc = cli("replay", stacked, "--steps", "30")
     assert proc.returncode == 0, proc.stderr
     line, where = proc.stdout.splitlines()
     assert "the same bits at steps 0-20 (3 evaluations)" in line

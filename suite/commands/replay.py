@@ -5,7 +5,6 @@ or a change in what the code computes)."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import tempfile
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from suite.commands import flags
 from suite.errors import SuiteError
+from suite.results.rundir import RunDir, UnreadableFile
 
 NOT_COMPARED = {"step", "elapsed_s"}  # the clock differs on every machine
 TRAJECTORY = ("train_", "val_")  # losses and accuracies: what the weights do, so the same bits mean the same training
@@ -48,7 +48,7 @@ def run(args) -> int:
         same, said = agreement(recorded, replayed)
         differs += not same
         print(f"{run_dir}: {said}")
-        print(f"    {made_where(_read(run_dir / 'result.json'))}; replayed {made_where(made)}")
+        print(f"    {made_where(RunDir(run_dir).read_result())}; replayed {made_where(made)}")
     if len(plans) > 1:
         print(f"{len(plans) - differs} of {len(plans)} runs trained the same bits")
     return 1 if differs else 0
@@ -64,9 +64,9 @@ def _plan(run_dir: Path, steps: int) -> tuple[Path, dict, dict[int, dict]]:
     if not (run_dir / "metrics.jsonl").is_file():
         raise SuiteError(f"{where}: no metrics.jsonl there (a run folder logs one from its first evaluation)")
     try:
-        recorded = rows_of(run_dir / "metrics.jsonl")
-    except (ValueError, KeyError, TypeError):
-        raise SuiteError(f"{where}: its metrics.jsonl is not a log of this suite (a JSON object a line)") from None
+        recorded = by_step(RunDir(run_dir).read_metrics())
+    except UnreadableFile as err:
+        raise SuiteError(f"{where}: {err}") from None
     if not recorded:
         raise SuiteError(f"{where}: its metrics.jsonl holds no logged step")
     last = max((s for s in recorded if s <= steps), default=None)
@@ -88,17 +88,12 @@ def _replay(spec: dict, device) -> tuple[dict[int, dict], dict | None]:
     with tempfile.TemporaryDirectory(prefix="suite-replay-") as tmp:
         run_dir = Path(tmp) / "run"
         [result] = execute([Cell(spec, run_dir)], device)
-        return rows_of(run_dir / "metrics.jsonl"), result
+        return by_step(RunDir(run_dir).read_metrics()), result
 
 
-def rows_of(path: Path) -> dict[int, dict]:
+def by_step(rows: list[dict]) -> dict[int, dict]:
     """metrics.jsonl's rows by step (a step logged twice, as by a resumed run, keeps its last row)."""
-    rows = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            rows[row["step"]] = row
-    return rows
+    return {row["step"]: row for row in rows}
 
 
 def agreement(recorded: dict[int, dict], replayed: dict[int, dict]) -> tuple[bool, str]:
@@ -148,10 +143,3 @@ def made_where(result: dict | None) -> str:
 
 def _number(value) -> bool:
     return isinstance(value, float)
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -175,10 +174,9 @@ def like(run_dir: str, choices: dict, settings: dict, flag: str = "--like") -> t
 
 def _made_at(run_dir: str) -> str:
     """' (made at COMMIT: check it out to rerun it)' where the run's result.json names its commit."""
-    try:
-        commit = json.loads((Path(run_dir) / "result.json").read_text()).get("git_commit")
-    except (OSError, ValueError, AttributeError):
-        return ""
+    from suite.results.rundir import RunDir
+
+    commit = (RunDir(run_dir).read_result() or {}).get("git_commit")
     return f" (made at {commit[:8]}: check it out to rerun it)" if isinstance(commit, str) and commit else ""
 
 

@@ -162,6 +162,15 @@ class RunDir:
             raise UnreadableFile(f"{path} is not a result ({damage}); delete it to run the cell again")
         return True
 
+    def read_result(self) -> dict | None:
+        """result.json as written, or None where there is none or it is no JSON object: for saying
+        where a run was made (its commit, device), not whether it is done (`finished` checks that)."""
+        try:
+            result = read_json(self.path / "result.json")
+        except (OSError, UnreadableFile):
+            return None
+        return result if isinstance(result, dict) else None
+
     def lock(self, tries: int = 20) -> None:
         """Hold an exclusive lock for the life of this process (released by the OS on exit).
 
