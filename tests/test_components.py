@@ -2,6 +2,7 @@
 
 import copy
 import io
+import json
 import math
 
 import pytest
@@ -107,6 +108,23 @@ def test_adam_and_adamlr_with_decoupled_weight_decay_are_adamw_and_adamwlr_step_
     older = {**spec, "opt": {k: v for k, v in spec["opt"].items() if k != "decoupled_weight_decay"}}
     assert spec["opt"]["decoupled_weight_decay"] is False and spec_id(spec) == spec_id(older)
     assert spec_id(resolve({"opt": "adamlr"}, {"decoupled_weight_decay": True})) != spec_id(spec)
+
+
+def test_a_run_of_adamw_reads_as_adamw_and_reruns(tmp_path):
+    """AdamW is decoupled by its definition and takes no decoupled_weight_decay: a spec of it stored before
+    that setting existed gains none when read (it was labelled "coupled" on the boards, and `run --like`
+    refused it), while an older Adam spec reads as the coupled Adam it ran."""
+    from suite.commands.run import like
+
+    for opt in ("adamw", "adamwlr"):
+        spec = resolve({"model": "transformer", "opt": opt})
+        assert "decoupled_weight_decay" not in with_later_defaults(spec)["opt"]
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        choices, settings, seed = like(str(tmp_path), {}, {})
+        assert resolve(choices, settings, seed) == spec
+    adam = resolve({"opt": "adam"})
+    older = {**adam, "opt": {k: v for k, v in adam["opt"].items() if k != "decoupled_weight_decay"}}
+    assert with_later_defaults(older) == adam
 
 
 MUON = {"muon_lr": 2e-2, "lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "betas": (0.9, 0.98), "eps": 1e-8}

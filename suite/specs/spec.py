@@ -199,7 +199,6 @@ def component_settings(spec: dict, kind: str) -> dict:
 # of the runs from before it (whose specs lack it) do not change, and an old spec reads as this one.
 LATER_DEFAULTS = {
     ("train", "precision"): "fp32",
-    ("opt", "decoupled_weight_decay"): False,
     ("train", "chance_patience"): None,  # runs before it went on at chance to their budget
     ("train", "learn_patience"): None,  # the default: a run that never leaves chance goes on to its budget
 }
@@ -211,9 +210,15 @@ def spec_id(spec: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-# Such settings where one component's runs had another value before: Muon always decayed decoupled,
-# so a muon spec at decoupled_weight_decay=true keeps its id (and a coupled one gets its own).
-LATER_DEFAULTS_BY_NAME = {("opt", "muon", "decoupled_weight_decay"): True}
+# Such settings of the components that gained them, by name: Adam and Adam-LR decayed coupled before
+# decoupled_weight_decay, Muon always decoupled (so a muon spec at true keeps its id, a coupled one gets
+# its own). AdamW is decoupled by its definition and never takes the setting, so it gets none.
+LATER_DEFAULTS_BY_NAME = {
+    ("opt", "adam", "decoupled_weight_decay"): False,
+    ("opt", "adamlr", "decoupled_weight_decay"): False,
+    ("opt", "adamlr_adaptive", "decoupled_weight_decay"): False,
+    ("opt", "muon", "decoupled_weight_decay"): True,
+}
 
 
 def later_defaults(spec: dict) -> dict:
