@@ -400,6 +400,19 @@ def test_a_recipe_is_labelled_with_its_filter_sampler_and_loss_not_its_optimizer
     assert _label(ortho) == "adam lr=0.001 coupled + orthograd loss=stablemax precision=bf16"
 
 
+def test_adam_lr_at_c_1_is_a_recipe_of_adam_too_for_it_is_adam():
+    # Nanda et al.'s AdamW on the transformer is committed as adamwlr at c = 1: the tuned baseline must
+    # be checked against it; at another c it is a recipe of Adam-LR alone
+    from suite.leaderboard.recipes import families, family
+
+    plain = {"filter.name": "none", "sampler.name": "random", "sampler.batch_size": 512, "train.loss": "ce"}
+    adam = family({"opt.name": "adam", "opt.lr": 1e-3} | plain)
+    adamw_lr = {"opt.name": "adamwlr", "opt.lr": 1e-3, "opt.weight_decay": 1.0} | plain
+    assert families(adamw_lr | {"opt.c": 1.0}) == {adam, family(adamw_lr | {"opt.c": 1.0})}
+    assert adam not in families(adamw_lr | {"opt.c": 3.0})
+    assert families({"opt.name": "adam", "opt.lr": 1e-3} | plain) == {adam}
+
+
 def test_a_trial_is_raced_at_the_evaluation_its_rival_in_the_stack_finishes(tmp_path):
     # sparse parity, seed 1 holds the target from step 20 and stops at 40; seed 0 reaches it at 40:
     # its trial cannot win once seed 1's has finished, at that very evaluation, not one later

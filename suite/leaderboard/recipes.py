@@ -6,8 +6,9 @@ Identical problem: the same task and model settings and targets (train.memorizat
 the same batch size; every untuned run is judged here by the tuned problem's hold and within its
 budget (stats.outcome), so a run made with another hold or a longer budget counts as the tuned
 runs do; one that stopped earlier without a grok counts as never reaching the target. Family: the
-same optimizer (AdamW is Adam with decoupled decay; Adam-LR with decoupled decay is adamwlr),
-filter, sampler, loss and precision, whatever their settings. The untuned runs must share 5 or more
+same optimizer (AdamW is Adam with decoupled decay; Adam-LR with decoupled decay is adamwlr; Adam-LR
+at c = 1 is Adam step for step, so it is a recipe of Adam's family too), filter, sampler, loss and
+precision, whatever their settings. The untuned runs must share 5 or more
 seeds with the tuned row; they are paired with it by seed (seed i trains on the same split). The
 recipe beats the row when its median time on those seeds is below the row's: a tuned row must be at
 least as good as every recipe of its family, so a loss by the median alone fails the tuning, whether or
@@ -57,6 +58,12 @@ def family(method: dict) -> tuple:
     )
 
 
+def families(method: dict) -> set[tuple]:
+    """The families whose tuned rows a run is a recipe for: its own, and Adam's where it is Adam-LR at c = 1."""
+    own = family(method)
+    return {own, ("adam", *own[1:])} if own[0] == "adamlr" and method.get("opt.c") == 1 else {own}
+
+
 def untuned(roots: list[Path]) -> list[Collection]:
     return [collect(root) for root in roots]
 
@@ -74,7 +81,7 @@ def recipes_against(row: dict, problem: dict, others: list[Collection]) -> list[
             runs = col.runs[col.runs["problem_id"] == problem_id]
             for method_id, group in runs.groupby("method_id", sort=True):
                 method = col.methods[method_id]
-                if family(method) != family(row["settings"]) or not _same_batch(method, row["settings"]):
+                if family(row["settings"]) not in families(method) or not _same_batch(method, row["settings"]):
                     continue
                 group = group[group["seed"].isin(times_by_seed)].sort_values("seed", kind="stable")
                 if len(group) < MIN_SEEDS:
