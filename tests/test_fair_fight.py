@@ -350,6 +350,32 @@ def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(six_see
     assert "tuning failed" not in verdict and verdict.startswith(("faster", "slower", "not resolved"))
 
 
+def test_the_board_sums_what_its_tuning_and_final_runs_cost_and_nothing_else(six_seeds, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(six_seeds.parent, runs)
+    stray = next((runs / "tuning").rglob("result.json"))  # a run of another grid in the same folder
+    shutil.copytree(stray.parent, runs / "tuning" / "other" / stray.parent.name)
+    other = json.loads(stray.read_text()) | {"grid": "another-tuning"}
+    (runs / "tuning" / "other" / stray.parent.name / "result.json").write_text(json.dumps(other))
+    walls = {"tuning": [], "final": []}
+    for phase, found in walls.items():  # seconds made hours, so that the sums show in the table's 0.01 h
+        for path in sorted((runs / phase).rglob("result.json")):
+            result = json.loads(path.read_text())
+            path.write_text(json.dumps(result | {"wall_s": result["wall_s"] * 3600}))
+            found += [] if "other" in path.parts else [result["wall_s"] * 3600]
+    generate(runs / "final", tmp_path / "board")
+    section = (tmp_path / "board" / "tuning.md").read_text().split("## Process time\n")[1].split("\n## ")[0]
+    table = [line.strip("| ").split(" | ") for line in section.splitlines() if line.startswith("| ")][1:]
+    record = json.loads((six_seeds / "tuning.json").read_text())
+    assert len(walls["tuning"]) == 2 * 7 * 2 and len(walls["final"]) == 2 * 6  # methods x trials x seeds; x finals
+    for name in (*record["cells"], "all"):  # one cell: its row and the total are the same runs
+        row = next(r for r in table if r[0] == name)
+        assert [int(row[1]), int(row[3])] == [len(walls["tuning"]), len(walls["final"])]
+        hours = [float(row[2]), float(row[4]), float(row[5])]
+        expected = [sum(walls["tuning"]) / 3600, sum(walls["final"]) / 3600]
+        assert np.allclose(hours, [*expected, sum(expected)], atol=0.006), (hours, expected)
+
+
 def test_a_recipe_sooner_by_its_median_only_still_fails_the_tuning(six_seeds, tmp_path):
     # twice as fast on the 4 seeds that held soonest, twice as slow on the other 2: the recipe's median
     # is sooner though its interval spans 1; a tuned row must be at least as good as its recipe, so the

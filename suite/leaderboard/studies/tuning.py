@@ -99,7 +99,8 @@ def tuning(board: Board) -> list[str]:
     ]
     rows = {(v.problem, v.method): v.row for v in judgement.verdicts if v.row is not None}
     lines += _common_points(record) + _verdicts(judgement) + _recipe_table(judgement.checks)
-    lines += _pooled(judgement) + _profile(rows, record) + _figures(board, record, judgement)
+    lines += _pooled(judgement) + _profile(rows, record) + _process_time(record, board.col.root)
+    lines += _figures(board, record, judgement)
     board.files.add("tuning.md", "\n".join(lines))
     return [f"How every method was tuned, and what was chosen: [tuning](tuning.md) ({record['trials']} points each).\n"]
 
@@ -343,6 +344,52 @@ def _race(record: dict, root: Path) -> list[str]:
         f"the one a search without it makes): {stopped} of {runs} tuning runs stopped, "
         f"{ran:,} steps ran, and the stopped runs left up to {saved:,} budget steps untaken "
         f"({saved / (ran + saved):.0%} of the tuning at most); {audit}.\n"
+    ]
+
+
+def _process_time(record: dict, root: Path) -> list[str]:
+    """What the runs cost, per cell: each run's wall time (its share of the stack it trained in) summed,
+    for the tuning runs found beside the root (under tuning/) and the final runs in it."""
+    hours = {}  # (cell, phase) -> [runs, seconds]
+    for phase, where in (("tuning", Path(root).parent / "tuning"), ("final", Path(root))):
+        for path in result_files(where) if where.is_dir() else []:
+            try:
+                result = read_json(path)
+            except UnreadableFile:  # that run says so where it is read as a run
+                continue
+            if not (isinstance(result, dict) and result.get("grid") == f"{record['grid']}-{phase}"):
+                continue
+            spec, wall = result.get("spec"), result.get("wall_s")
+            cell = next(
+                (
+                    name
+                    for name, base in record["cells"].items()
+                    if isinstance(spec, dict) and (spec.get("task"), spec.get("model")) == (base["task"], base["model"])
+                ),
+                None,
+            )
+            if cell is not None and isinstance(wall, (int, float)):
+                counted = hours.setdefault((cell, phase), [0, 0.0])
+                counted[0] += 1
+                counted[1] += wall
+    if not hours:
+        return []
+
+    def spent(cell: str | None, phase: str) -> tuple[int, float]:
+        found = [v for (c, ph), v in hours.items() if ph == phase and cell in (None, c)]
+        return sum(n for n, _ in found), sum(s for _, s in found) / 3600
+
+    rows = []
+    for cell in [*record["cells"], None]:
+        (tuned, tuning_h), (ran, final_h) = spent(cell, "tuning"), spent(cell, "final")
+        hours_in = [f"{tuning_h:,.2f}", f"{final_h:,.2f}", f"{tuning_h + final_h:,.2f}"]
+        rows.append([cell or "all", str(tuned), hours_in[0], str(ran), *hours_in[1:]])
+    return [
+        "## Process time\n",
+        "What the runs cost: each run's wall time (its share of the stack it trained in) summed, in hours, for the "
+        "tuning runs (found beside these runs, under `../tuning`) and the final runs, on the machines and under the "
+        "load they ran with. A measure of the campaign, not of any method: the cost column above is that.\n",
+        md_table(["cell", "tuning runs", "tuning h", "final runs", "final h", "h in all"], rows, right={1, 2, 3, 4, 5}),
     ]
 
 
