@@ -19,7 +19,7 @@ from suite.launch.grid import load
 from suite.launch.spaces import parse
 from suite.launch.tuning import check_cells, spec_for
 from suite.leaderboard import generate
-from suite.leaderboard.studies.tuning import race_audit
+from suite.leaderboard.studies.tuning import race_audit, read_results
 from suite.specs.spec import resolve
 
 # the workers of a grid or tune run in this process: what they compute is the point, not their processes
@@ -149,20 +149,20 @@ def test_the_race_stops_trials_that_cannot_win_and_never_changes_the_winner(tmp_
     runs = tmp_path / "true" / "tuning"
     trial["last_val"] = [1.0] * len(trial["last_val"])  # as if stopped at the target: read from its runs
     name = f"{choice['cell']} {choice['method']} point {trial['point']}"
-    assert race_audit(record, runs) == (stopped, [], [])
-    assert name in race_audit(record, tmp_path / "elsewhere")[2]  # its runs not there: not checked, not accused
+    assert race_audit(record, read_results(runs)) == (stopped, [], [])
+    assert name in race_audit(record, read_results(tmp_path / "elsewhere"))[2]  # its runs not there: not checked
     broken = tmp_path / "broken"
     shutil.copytree(runs, broken)
     for result in broken.rglob("result.json"):
         if json.loads(result.read_text())["stop_reason"] == "raced":
             (result.parent / "metrics.jsonl").write_text("{not json\n")
-    assert name in race_audit(record, broken)[2]  # there but unreadable: not checked either
+    assert name in race_audit(record, read_results(broken))[2]  # there but unreadable: not checked either
     older = json.loads(json.dumps(record))
     for t in (t for c in older["chosen"] for t in c["tried"]):
         t.pop("last_val", None)  # a record from before it was kept: every stopped run is read
-    assert race_audit(older, runs) == (stopped, [], [])
+    assert race_audit(older, read_results(runs)) == (stopped, [], [])
     trial["last_val"], trial["steps"] = [0.0] * len(trial["steps"]), [1] * len(trial["steps"])  # stopped at step 1
-    assert race_audit(record, runs)[1] == [name]
+    assert race_audit(record, read_results(runs))[1] == [name]
 
 
 @pytest.mark.parametrize(
