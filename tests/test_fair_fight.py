@@ -19,6 +19,7 @@ from suite.launch.grid import load
 from suite.launch.spaces import parse
 from suite.launch.tuning import check_cells, spec_for
 from suite.leaderboard import generate
+from suite.leaderboard.headline import headline
 from suite.leaderboard.studies.tuning import race_audit, read_results
 from suite.specs.spec import resolve
 
@@ -345,9 +346,13 @@ def test_an_untuned_recipe_faster_than_a_tuned_row_withholds_its_verdict(six_see
     verdict = adamlr_verdict(tmp_path / "board")
     assert verdict.startswith("no verdict: adam's tuning failed: adam ") and "beats tuned adam (2" in verdict
     assert "--untuned" in (tmp_path / "board" / "index.md").read_text()
+    failed = "No verdict where an untuned recipe beats the tuned row (its tuning failed): adam in rounds."
+    answer = headline(tmp_path / "README.md", tmp_path / "board", "cmd")[0]
+    assert failed in answer  # the headline's answer says so, not its table alone
     generate(six_seeds, tmp_path / "plain")  # no untuned roots: no check, a verdict word
     verdict = adamlr_verdict(tmp_path / "plain")
     assert "tuning failed" not in verdict and verdict.startswith(("faster", "slower", "not resolved"))
+    assert "its tuning failed" not in headline(tmp_path / "README.md", tmp_path / "plain", "cmd")[0]
 
 
 def test_the_board_sums_what_its_tuning_and_final_runs_cost_and_nothing_else(six_seeds, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from conftest import ONE_POINT, PARITY_FIXED, REPO, chunks_here
 
 from suite.cli import main
-from suite.leaderboard.headline import END, FIGURE, recorded_command, verdicts, word
+from suite.leaderboard.headline import END, FIGURE, headline, recorded_command, verdicts, word
 from suite.leaderboard.plots import figure, to_png
 
 # two problems, a baseline and two methods against it, one point each: a tuned board in a minute
@@ -221,6 +221,42 @@ def test_the_recipe_check_s_table_under_the_verdicts_is_not_read_as_verdicts():
     row = {"cell": "add", "method": "adamlr", "against": "adam", "speed-up [95% CI]": "2.00x [1.50x, 3.00x]"}
     assert per_problem == [{**row, "verdict": "faster"}]
     assert [m["method"] for m in methods] == ["adamlr"]
+
+
+def test_the_answer_names_the_verdicts_of_single_cells_and_where_a_tuning_failed(tmp_path):
+    # the verdicts over the cells are all "not resolved": what single cells resolved, and the cells
+    # that gave none because a recipe beat the tuned baseline, must still be in the three lines
+    (tmp_path / "board").mkdir()
+    (tmp_path / "board" / "tuning.md").write_text(
+        textwrap.dedent("""
+        ## Verdicts on the final seeds
+
+        | cell | method | grokked | against | speed-up [95% CI] | p (Holm) | verdict |
+        |---|---|---:|---|---:|---:|---|
+        | div | adam | 10/10 | - | - | - | - |
+        | div | muon | 10/10 | adam | 0.16x [0.15x, 0.18x] | 0.018 | slower |
+        | div | sgd | 10/10 | adam | 0.50x [0.40x, 0.60x] | 0.018 | slower; sgd's winner at an edge |
+        | div | ortho | 10/10 | adam | 2.00x [1.50x, 3.00x] | 0.018 | faster |
+        | add | adam | 7/10 | - | - | - | - |
+        | add | muon | 10/10 | adam | - | - | no verdict: adam's tuning failed: adam lr=0.01 beats tuned adam (1.84x) |
+        | add | sgd | 10/10 | adam | - | - | no verdict: adam's tuning failed: adam lr=0.01 beats tuned adam (1.84x) |
+        | add | ortho | 10/10 | adam | - | - | no verdict: adam's tuning failed: adam lr=0.01 beats tuned adam (1.84x) |
+
+        ## One verdict per method
+
+        | method | against | cells | speed-up [95% CI] | p (Holm) | verdict |
+        |---|---|---|---:|---:|---|
+        | muon | adam | div | 0.16x [0.15x, 0.18x] | 0.2 | not resolved (n = 10) |
+        | sgd | adam | div | 0.50x [0.40x, 0.60x] | 0.2 | not resolved (n = 10) |
+        | ortho | adam | div | 2.00x [1.50x, 3.00x] | 0.2 | not resolved (n = 10) |
+        """)
+    )
+    block = headline(tmp_path / "README.md", tmp_path / "board", "cmd")[0]
+    answer = next(line for line in block.splitlines() if line.startswith("Not resolved: "))
+    assert answer.endswith(
+        " Cell by cell: ortho faster in div; muon, sgd slower in div. No verdict where an untuned recipe beats the "
+        "tuned row (its tuning failed): adam in add."
+    )
 
 
 def test_a_row_or_baseline_missing_some_of_its_final_seeds_gets_no_verdict(tuned_root, tmp_path):

@@ -146,6 +146,9 @@ def _answer(link, names, per_problem, methods, judged, baselines) -> str:
             by_word[next(k for k in WORDS if w.startswith(k))].append(said)
     faster = by_word["faster"]
     rest = [f"{w.capitalize()}: {', '.join(found)}" for w, found in by_word.items() if found and w != "faster"]
+    third = (
+        ("; ".join(rest) + " (speed-up over the cells judged [95% CI]).") if rest else "Every method judged is faster."
+    )
     return "\n".join(
         [
             f"**Which methods make grokking come sooner than {against}, once every method is tuned alike?** "
@@ -155,11 +158,28 @@ def _answer(link, names, per_problem, methods, judged, baselines) -> str:
             ("**Faster over every cell where judged: " + ", ".join(faster) + ".**  ")
             if faster
             else "**No method is resolved faster over the cells where it was judged.**  ",
-            ("; ".join(rest) + " (speed-up over the cells judged [95% CI]).")
-            if rest
-            else "Every method judged is faster.",
+            " ".join([third, *_cell_by_cell(names, per_problem, judged)]),
         ]
     )
+
+
+def _cell_by_cell(names, per_problem, judged) -> list[str]:
+    """What the answer over the cells leaves out: the verdicts given in single cells, and the cells
+    where a tuned row lost to an untuned recipe of its family (no verdict there: tuning.md's check)."""
+    resolved, failed = [], {}  # failed: tuned method -> the cells where its tuning failed
+    for cell, w in itertools.product(names, ("faster", "slower")):
+        rows = [r for r in per_problem if r["cell"] == cell and r["method"] in judged]
+        found = [r["method"] for r in rows if word(r["verdict"]) == w]
+        if found:
+            resolved.append(f"{', '.join(found)} {w} in {cell}")
+    for r in per_problem:
+        for name in re.findall(r"(\S+)'s tuning failed", r["verdict"]):
+            failed.setdefault(name, {})[r["cell"]] = None
+    sentences = [f"Cell by cell: {'; '.join(resolved)}."] if resolved else []
+    if failed:
+        where = "; ".join(f"{name} in {', '.join(cells)}" for name, cells in failed.items())
+        sentences.append(f"No verdict where an untuned recipe beats the tuned row (its tuning failed): {where}.")
+    return sentences
 
 
 def _table(names, per_problem, methods, judged) -> str:
