@@ -22,6 +22,7 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 from suite.leaderboard.tables import md_table
+from suite.leaderboard.tuned import FAILED
 from suite.results.rundir import write_atomic
 
 BEGIN = "<!-- headline: written by `{command}`; run it again rather than edit this block -->"
@@ -167,14 +168,13 @@ def _cell_by_cell(names, per_problem, judged) -> list[str]:
     """What the answer over the cells leaves out: the verdicts given in single cells, and the cells
     where a tuned row lost to an untuned recipe of its family (no verdict there: tuning.md's check)."""
     resolved, failed = [], {}  # failed: tuned method -> the cells where its tuning failed
-    for cell, w in itertools.product(names, ("faster", "slower")):
-        rows = [r for r in per_problem if r["cell"] == cell and r["method"] in judged]
-        found = [r["method"] for r in rows if word(r["verdict"]) == w]
-        if found:
-            resolved.append(f"{', '.join(found)} {w} in {cell}")
-    for r in per_problem:
-        for name in re.findall(r"(\S+)'s tuning failed", r["verdict"]):
-            failed.setdefault(name, {})[r["cell"]] = None
+    for cell in names:
+        rows = [r for r in per_problem if r["cell"] == cell]
+        for w in ("faster", "slower"):
+            found = [r["method"] for r in rows if r["method"] in judged and word(r["verdict"]) == w]
+            resolved += [f"{', '.join(found)} {w} in {cell}"] if found else []
+        for name in re.findall(r"(\S+)" + re.escape(FAILED), " ".join(r["verdict"] for r in rows)):
+            failed.setdefault(name, {})[cell] = None
     sentences = [f"Cell by cell: {'; '.join(resolved)}."] if resolved else []
     if failed:
         where = "; ".join(f"{name} in {', '.join(cells)}" for name, cells in failed.items())

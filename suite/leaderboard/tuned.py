@@ -33,6 +33,7 @@ from suite.results.rundir import UnreadableFile, read_json
 from suite.results.tuning_record import reached
 
 NO_DELAY = 0.10  # a tuned baseline whose delay is at most this share of its time to target has none left
+FAILED = "'s tuning failed"  # after a tuned method's name, where a recipe beats it (the headline reads it back)
 
 
 @dataclass
@@ -143,7 +144,7 @@ def _withheld(problem: str, names: tuple, searched: dict, checks: dict, rows: di
     beaten: list[tuple[str, Recipe]] = [(n, r) for n in names for r in checks.get((problem, n), []) if r.beats]
     if beaten:
         name, r = beaten[0]
-        return f"{name}'s tuning failed: {r.label} beats tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
+        return f"{name}{FAILED}: {r.label} beats tuned {name} ({interval_text(r.speedup, r.low, r.high, 'x')})"
     return ""
 
 
